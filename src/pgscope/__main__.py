@@ -1,0 +1,5 @@
+import sys
+
+from pgscope.cli import main
+
+sys.exit(main())

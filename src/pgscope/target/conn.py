@@ -1,0 +1,65 @@
+"""Connection parameters shared by psycopg (our queries) and pgbench (the load).
+
+The password travels only in the environment (PGPASSWORD), never in argv: a process title
+is readable by every user of the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgscope.errors import TargetError, UsageError
+
+CONNECT_TIMEOUT_S = 10
+APPLICATION_NAME = "pgscope"
+
+
+@dataclass(frozen=True)
+class ConnParams:
+    params: dict[str, str] = field(default_factory=dict)  # libpq keywords, no password
+    password: str | None = None
+
+    @classmethod
+    def from_dsn(cls, dsn: str) -> ConnParams:
+        try:
+            params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+        except psycopg.ProgrammingError as exc:
+            raise UsageError(f"--dsn: not a valid connection string: {exc}") from None
+        password = params.pop("password", None)
+        return cls(params, password)
+
+    @property
+    def dbname(self) -> str:
+        return self.params.get("dbname", "")
+
+    def conninfo(self) -> str:
+        """The libpq connection string without the password (safe to show and store)."""
+        return make_conninfo(**self.params)
+
+    def env(self) -> dict[str, str]:
+        """Environment additions for libpq programs (pgbench, psql)."""
+        return {"PGPASSWORD": self.password} if self.password else {}
+
+    def connect(
+        self,
+        *,
+        autocommit: bool = True,
+        application_name: str = APPLICATION_NAME,
+        options: str | None = None,
+    ) -> psycopg.Connection[tuple[Any, ...]]:
+        kwargs: dict[str, object] = dict(self.params)
+        kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+        kwargs.setdefault("application_name", application_name)
+        if self.password:
+            kwargs["password"] = self.password
+        if options:
+            kwargs["options"] = options
+        try:
+            return psycopg.connect(autocommit=autocommit, **kwargs)  # type: ignore[arg-type]
+        except psycopg.OperationalError as exc:
+            reason = str(exc).strip() or "no reason given"
+            raise TargetError(f"cannot connect to {self.conninfo()}: {reason}") from None

@@ -1,0 +1,350 @@
+"""Embedded target: a throw-away PostgreSQL cluster that pgscope owns from initdb to teardown.
+
+The cluster lives in a fresh temporary directory (data directory and unix socket side by side),
+listens on a free loopback port, runs as an unprivileged account when pgscope runs as root,
+and is always torn down: fast shutdown, then immediate, then SIGKILL of its process group,
+then the directory is removed. Variant settings go through ALTER SYSTEM, followed by a reload
+or a restart according to each setting's `pg_settings.context`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgscope.errors import EnvironmentProblem, SpecError, TargetError
+from pgscope.host import memory_bytes
+from pgscope.proc import RunAs, kill_tree, spawn, wait_until
+from pgscope.proc import run_as_user as run_child
+from pgscope.target.conn import ConnParams
+from pgscope.target.pgbin import PgBinaries
+
+SUPERUSER = "postgres"
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+ \S+ \[\d+\] ")  # our log_line_prefix
+START_TIMEOUT_S = 60.0
+STOP_GRACE_S = 30.0
+
+
+def benchmark_defaults(max_clients: int) -> dict[str, str]:
+    """Startup settings for a benchmark cluster. Every one is overridable by the spec.
+
+    - shared_buffers: 25% of RAM (PostgreSQL's own guidance), at most 8 GB;
+    - max_connections: room for the largest step plus pgscope's own sessions;
+    - max_wal_size / checkpoint_timeout: large, so checkpoints come from the experiment
+      (a recipe or a CHECKPOINT) rather than from WAL volume in the middle of a step;
+    - compute_query_id: wait samples and statements can be joined on query_id;
+    - track_io_timing, log_checkpoints: evidence at negligible cost.
+    """
+    shared_mb = max(128, min(8192, memory_bytes() // 4 // (1 << 20)))
+    return {
+        "shared_buffers": f"{shared_mb}MB",
+        "max_connections": str(max(100, 2 * max_clients + 20)),
+        "max_wal_size": "8GB",
+        "checkpoint_timeout": "30min",
+        "compute_query_id": "on",
+        "track_io_timing": "on",
+        "log_checkpoints": "on",
+        "log_line_prefix": "%m [%p] %q%u@%d ",
+    }
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _quote_conf(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+@dataclass
+class EmbeddedCluster:
+    """A throw-away cluster. Use as a context manager, or call start() and teardown()."""
+
+    pg: PgBinaries
+    run_as: RunAs
+    log_path: Path
+    startup_settings: dict[str, str] = field(default_factory=dict)
+    work_dir: Path | None = None  # parent of the temporary directory (default: $TMPDIR)
+    port: int = 0
+    root: Path | None = None
+    _proc: subprocess.Popen[Any] | None = None
+    _applied: dict[str, str] = field(default_factory=dict)
+    _log_file: Any = None
+
+    # -- paths ----------------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        assert self.root is not None, "cluster not initialised"
+        return self.root / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        assert self.root is not None, "cluster not initialised"
+        return self.root / "socket"
+
+    @property
+    def conn(self) -> ConnParams:
+        return ConnParams(
+            {
+                "host": str(self.socket_dir),
+                "port": str(self.port),
+                "user": SUPERUSER,
+                "dbname": "postgres",
+            }
+        )
+
+    @property
+    def postmaster_pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> EmbeddedCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def start(self) -> None:
+        self._create_root()
+        self._initdb()
+        self._write_config()
+        self._launch()
+
+    def _create_root(self) -> None:
+        parent = self.work_dir or Path(tempfile.gettempdir())
+        try:
+            self.root = Path(tempfile.mkdtemp(prefix="pgscope-", dir=parent))
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"cannot create a cluster directory in {parent}: {exc.strerror}"
+            ) from None
+        (self.root / "socket").mkdir()
+        for path in (self.root, self.root / "socket"):
+            self.run_as.chown(path)
+
+    def _initdb(self) -> None:
+        # --no-sync: a throw-away cluster needs no durable initdb; it saves seconds per run.
+        argv: list[str | os.PathLike[str]] = [
+            self.pg.path("initdb"),
+            "-D",
+            self.data_dir,
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+            "--no-instructions",
+        ]
+        result = run_child(argv, run_as=self.run_as, timeout=300, cwd=self.root)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise EnvironmentProblem(
+                f"initdb as {self.run_as.name} in {self.data_dir} failed: {last}"
+            )
+
+    def _write_config(self) -> None:
+        self.port = free_port()
+        fixed = {
+            "listen_addresses": "127.0.0.1",
+            "port": str(self.port),
+            "unix_socket_directories": str(self.socket_dir),
+            "logging_collector": "off",  # stderr goes to the run's server.log
+        }
+        lines = ["", "# --- written by pgscope ---"]
+        for name, value in {**fixed, **self.startup_settings}.items():
+            lines.append(f"{name} = {_quote_conf(value)}")
+        with (self.data_dir / "postgresql.conf").open("a") as conf:
+            conf.write("\n".join(lines) + "\n")
+
+    def _launch(self) -> None:
+        if self._log_file is None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = self.log_path.open("ab")
+        # SIGINT on parent death = fast shutdown: a killed pgscope still stops its server.
+        self._proc = spawn(
+            [self.pg.path("postgres"), "-D", self.data_dir],
+            run_as=self.run_as,
+            cwd=self.root,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            death_signal=signal.SIGINT,
+        )
+        if not wait_until(self._ready_or_dead, START_TIMEOUT_S, 0.05):
+            raise TargetError(
+                f"PostgreSQL did not start within {START_TIMEOUT_S:.0f}s; see {self.log_path}"
+            )
+        if self._proc.poll() is not None:
+            raise TargetError(
+                f"PostgreSQL failed to start: {self._log_tail()} (full log: {self.log_path})"
+            )
+
+    def _ready_or_dead(self) -> bool:
+        assert self._proc is not None
+        if self._proc.poll() is not None:
+            return True
+        try:
+            lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return False
+        # Line 8 of postmaster.pid is the postmaster's status ("ready" once it accepts).
+        return len(lines) >= 8 and lines[7].strip() == "ready"
+
+    def _log_tail(self) -> str:
+        """The server's own words for why it stopped: the first complaint (e.g. the bad
+        setting) and the final FATAL, without their timestamp prefixes."""
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no server log"
+        markers = (
+            "FATAL",
+            "ERROR",
+            "PANIC",
+            "invalid value for parameter",
+            "unrecognized configuration parameter",
+            "could not",
+        )
+        important = [_LOG_PREFIX.sub("", ln) for ln in lines if any(m in ln for m in markers)]
+        if not important:
+            return _LOG_PREFIX.sub("", lines[-1]) if lines else "no server log"
+        first, last = important[0], important[-1]
+        return first if first == last else f"{first} / {last}"
+
+    def is_alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT), escalating to immediate (SIGQUIT) and SIGKILL."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGQUIT)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    kill_tree(proc.pid)
+                    proc.wait(timeout=5)
+
+    def restart(self) -> None:
+        self.stop()
+        self._launch()
+
+    def teardown(self) -> None:
+        """Stop the server and remove its directory. Safe to call more than once."""
+        try:
+            self.stop()
+        finally:
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+            if self.root is not None and self.root.exists():
+                shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+    # -- settings ---------------------------------------------------------------------------
+
+    def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        return self.conn.connect()
+
+    def validate_settings(self, settings: dict[str, str], where: str) -> None:
+        """Check names and values with ALTER SYSTEM (the server's own parser), then undo."""
+        with self.connect() as conn:
+            try:
+                for name, value in settings.items():
+                    try:
+                        conn.execute(_alter_system(name, value))
+                    except psycopg.Error as exc:
+                        reason = exc.diag.message_primary or str(exc)
+                        raise SpecError(f"{where}: setting {name} = {value!r}: {reason}") from None
+            finally:
+                conn.execute("ALTER SYSTEM RESET ALL")
+
+    def apply_settings(self, settings: dict[str, str]) -> bool:
+        """Make exactly `settings` (on top of the startup ones) effective.
+
+        Returns True when a restart was needed (a changed setting has context 'postmaster').
+        """
+        if settings == self._applied:
+            return False
+        changed = {
+            n
+            for n in settings.keys() | self._applied.keys()
+            if settings.get(n) != self._applied.get(n)
+        }
+        with self.connect() as conn:
+            conn.execute("ALTER SYSTEM RESET ALL")
+            for name, value in settings.items():
+                conn.execute(_alter_system(name, value))
+            rows = conn.execute(
+                "SELECT name FROM pg_settings WHERE name = ANY(%s) AND context = 'postmaster'",
+                (sorted(changed),),
+            ).fetchall()
+            needs_restart = bool(rows)
+            if not needs_restart:
+                before = conn.execute("SELECT pg_conf_load_time()").fetchone()
+                conn.execute("SELECT pg_reload_conf()")
+        if needs_restart:
+            self.restart()
+        else:
+            self._wait_reloaded(before[0] if before else None)
+        self._applied = dict(settings)
+        return needs_restart
+
+    def _wait_reloaded(self, before: object) -> None:
+        # pg_reload_conf() only signals the postmaster; a new session sees the new load time
+        # once the postmaster has re-read the files, and inherits the new values from it.
+        def reloaded() -> bool:
+            with self.connect() as conn:
+                row = conn.execute("SELECT pg_conf_load_time()").fetchone()
+            return row is not None and row[0] != before
+
+        if not wait_until(reloaded, 10.0, 0.02):
+            raise TargetError("the server did not reload its configuration within 10s")
+
+
+def _alter_system(name: str, value: str) -> sql.Composed:
+    # Extension settings are dotted (pg_wait_sampling.history_period): quote each part.
+    ident = sql.SQL(".").join(sql.Identifier(part) for part in name.lower().split("."))
+    return sql.SQL("ALTER SYSTEM SET {} = {}").format(ident, sql.Literal(value))
+
+
+def wait_for_exit(pid: int, timeout_s: float) -> bool:
+    """For tests and teardown checks: has process `pid` gone?"""
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    return wait_until(gone, timeout_s, 0.05)
