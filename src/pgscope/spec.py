@@ -1,0 +1,316 @@
+"""Experiment specs: declarative TOML, bundled recipes, CLI overrides and validation.
+
+An experiment is data. A recipe is a bundled TOML file; a user's file has the same shape.
+Layering, last wins: spec file -> its `[quick]` table (with --quick) -> command-line flags.
+Validation names the field (or the flag that set it) and the reason, on one line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pgscope.errors import InputFileError, SpecError
+
+BUILTIN_WORKLOADS = ("select-only", "tpcb-like", "simple-update")
+# Builtins that modify data: refused on a user's server without --allow-writes.
+WRITE_WORKLOADS = frozenset({"tpcb-like", "simple-update"})
+
+SettingValue = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class ScriptRef:
+    """A pgbench script file with its weight (`FILE[@weight]`)."""
+
+    path: Path
+    weight: int = 1
+
+    def pgbench_arg(self) -> str:
+        return f"{self.path}@{self.weight}"
+
+    @classmethod
+    def parse(cls, text: str, base_dir: Path) -> ScriptRef:
+        name, sep, weight_text = text.rpartition("@")
+        if not sep or not weight_text.isdigit():
+            name, weight = text, 1
+        else:
+            weight = int(weight_text)
+            if weight < 1:
+                raise SpecError(f"script {text!r}: weight must be an integer >= 1")
+        path = Path(os.path.expanduser(name))
+        if not path.is_absolute():
+            path = base_dir / path
+        if not path.is_file():
+            raise InputFileError(f"script {name}: no such file (looked in {path.parent})")
+        return cls(path.resolve(), weight)
+
+
+def _one_base_variant() -> dict[str, dict[str, SettingValue]]:
+    return {"base": {}}
+
+
+class Spec(BaseModel):
+    """One experiment. Field docs double as the reference in docs/spec.md."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+    description: str = ""
+    # Load: a pgbench builtin, custom script files, or both (pgbench mixes them by weight).
+    workload: Literal["select-only", "tpcb-like", "simple-update"] | None = "select-only"
+    scripts: list[str] = Field(default_factory=list, description="FILE[@weight], pgbench syntax")
+    init_sql: str | None = None  # run once before the first step
+    scale: Annotated[int, Field(ge=0)] = 10  # pgbench -i scale; 0 = no pgbench tables needed
+    protocol: Literal["simple", "extended", "prepared"] = "prepared"
+    # Steps: every (variant, clients) cell is measured `repeats` times.
+    clients: list[Annotated[int, Field(ge=1, le=10000)]] | Literal["auto"] = "auto"
+    duration: Annotated[float, Field(gt=0, le=86400)] = 30.0  # measured seconds per step
+    warmup: Annotated[float, Field(ge=0, le=3600)] = 5.0  # seconds run first and not counted
+    repeats: Annotated[int, Field(ge=1, le=1000)] = 3
+    order: Literal["random", "sequential"] = "random"
+    seed: int | None = None
+    threads: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"  # pgbench -j
+    # Server settings for every variant, then per-variant overrides (embedded clusters only).
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    variants: dict[str, dict[str, SettingValue]] = Field(default_factory=_one_base_variant)
+    collectors: list[str] = Field(default_factory=list)
+
+    @field_validator("clients")
+    @classmethod
+    def _clients_distinct(cls, value: list[int] | str) -> list[int] | str:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("needs at least one client count")
+            if len(set(value)) != len(value):
+                raise ValueError("client counts must be distinct")
+        return value
+
+    @field_validator("variants")
+    @classmethod
+    def _variants_named(
+        cls, value: dict[str, dict[str, SettingValue]]
+    ) -> dict[str, dict[str, SettingValue]]:
+        if not value:
+            raise ValueError("needs at least one variant (use {base = {}} for none)")
+        for name in value:
+            if not name or not name.replace("-", "_").replace(".", "_").isidentifier():
+                raise ValueError(f"variant name {name!r} must be a simple word")
+        return value
+
+    @field_validator("collectors")
+    @classmethod
+    def _collectors_known(cls, value: list[str]) -> list[str]:
+        from pgscope.collect import COLLECTORS
+
+        for name in value:
+            if name not in COLLECTORS:
+                known = ", ".join(sorted(COLLECTORS)) or "none yet"
+                raise ValueError(f"unknown collector {name!r} (known: {known})")
+        return value
+
+    def client_counts(self, cores: int) -> list[int]:
+        """The client list, resolving "auto" against the host's core count."""
+        if self.clients == "auto":
+            return auto_clients(cores)
+        return sorted(self.clients)
+
+    def pgbench_threads(self, clients: int, cores: int) -> int:
+        if self.threads == "auto":
+            return max(1, min(clients, cores))
+        return min(self.threads, clients)
+
+    def is_write_workload(self) -> bool:
+        """Whether the workload may write. Custom scripts and init SQL are assumed to."""
+        return bool(self.scripts or self.init_sql) or self.workload in WRITE_WORKLOADS
+
+
+def auto_clients(cores: int) -> list[int]:
+    """1 .. ~4x cores, dense around the expected knee (the core count).
+
+    Every integer up to 2x cores for small hosts; beyond that a geometric spread, so a
+    64-core host gets ~20 points rather than 256.
+    """
+    cores = max(1, cores)
+    upper = 4 * cores
+    points = {1, cores, 2 * cores, 3 * cores, upper}
+    dense_step = max(1, cores // 4)
+    points.update(range(max(1, cores // 2), 2 * cores + 1, dense_step))
+    n = 1.0
+    while n < upper:
+        points.add(round(n))
+        n *= 1.5 if cores > 4 else 2
+    return sorted(p for p in points if 1 <= p <= upper)
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec plus where it came from (for messages and the run store)."""
+
+    spec: Spec
+    source: str  # "recipe scaling" or a file path
+    base_dir: Path  # where relative script paths resolve
+    toml_text: str
+
+    def scripts(self) -> list[ScriptRef]:
+        return [ScriptRef.parse(s, self.base_dir) for s in self.spec.scripts]
+
+    def init_sql_path(self) -> Path | None:
+        if self.spec.init_sql is None:
+            return None
+        path = Path(os.path.expanduser(self.spec.init_sql))
+        if not path.is_absolute():
+            path = self.base_dir / path
+        if not path.is_file():
+            raise InputFileError(f"init_sql {self.spec.init_sql}: no such file")
+        return path.resolve()
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes
+
+
+def _recipes_dir() -> Path:
+    return Path(str(resources.files("pgscope") / "recipes"))
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in _recipes_dir().glob("*.toml"))
+
+
+def recipe_path(name: str) -> Path:
+    path = _recipes_dir() / f"{name}.toml"
+    if not path.is_file():
+        available = ", ".join(recipe_names())
+        raise SpecError(f"unknown recipe {name!r}; available: {available} (see: pgscope recipes)")
+    return path
+
+
+def recipe_summary(name: str) -> str:
+    raw = _parse_toml(recipe_path(name).read_text(), f"recipe {name}")
+    return str(raw.get("description", "")).strip().splitlines()[0] if raw.get("description") else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and overriding
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source}: malformed TOML: {exc}") from None
+
+
+def _format_validation_error(exc: ValidationError, source: str, flags: dict[str, str]) -> str:
+    """One line: where (field path, or the flag that set it) and why, for the first error."""
+    error = exc.errors()[0]
+    loc = [str(part) for part in error["loc"]]
+    # pydantic reports union members in the path ("list[...]", "literal[...]"): drop them.
+    loc = [p for p in loc if not p.startswith(("list[", "literal[", "int", "str", "float", "bool"))]
+    field = loc[0] if loc else ""
+    where = flags.get(field, f"{source}: field {'.'.join(loc) or '(top level)'}")
+    if error["type"] == "extra_forbidden":
+        return f"{source}: unknown field {'.'.join(loc)!r}"
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    value = error.get("input")
+    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict) else ""
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{where}: {message}{shown}{more}"
+
+
+def load_spec(
+    name_or_path: str,
+    *,
+    quick: bool = False,
+    overrides: dict[str, Any] | None = None,
+    override_flags: dict[str, str] | None = None,
+    extra_settings: dict[str, str] | None = None,
+) -> LoadedSpec:
+    """Load a recipe name or a TOML file, apply `[quick]` and flag overrides, validate.
+
+    `override_flags` maps a field to the flag that set it, so an error says `--clients`
+    rather than `field clients` when the bad value came from the command line.
+    `extra_settings` (from --set) are merged over the spec's own settings.
+    """
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        path = Path(name_or_path).expanduser()
+        if not path.is_file():
+            raise InputFileError(f"spec file {name_or_path}: no such file")
+        source, base_dir = str(path), path.resolve().parent
+    else:
+        path = recipe_path(name_or_path)
+        source, base_dir = f"recipe {name_or_path}", path.parent
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"spec file {name_or_path}: cannot read: {exc}") from None
+    raw = _parse_toml(text, source)
+    quick_table = raw.pop("quick", {})
+    if not isinstance(quick_table, dict):
+        raise SpecError(f"{source}: field 'quick' must be a table")
+    if quick:
+        raw.update(quick_table)
+    raw.update(overrides or {})
+    if extra_settings:
+        base = raw.get("settings", {})
+        raw["settings"] = {**(base if isinstance(base, dict) else {}), **extra_settings}
+    raw.setdefault("name", path.stem)
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(_format_validation_error(exc, source, override_flags or {})) from None
+    loaded = LoadedSpec(spec, source, base_dir, text)
+    # Check referenced files now, not at step 5 of a long run.
+    loaded.scripts()
+    loaded.init_sql_path()
+    if spec.workload is None and not spec.scripts:
+        raise SpecError(f"{source}: no workload: set workload or scripts (or pass --script FILE)")
+    return loaded
+
+
+def parse_client_list(text: str) -> list[int]:
+    """`--clients 1,2,4-8` -> [1, 2, 4, 5, 6, 7, 8]. Ranges are inclusive."""
+    counts: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            if sep:
+                counts.extend(range(int(lo), int(hi) + 1))
+            else:
+                counts.append(int(part))
+        except ValueError:
+            raise SpecError(
+                f"--clients {text!r}: {part!r} is not a count or range (e.g. 1,2,4-8)"
+            ) from None
+    if not counts:
+        raise SpecError(f"--clients {text!r}: no client counts given")
+    return counts
+
+
+def parse_setting(text: str, flag: str = "--set") -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise SpecError(f"{flag} {text!r}: expected NAME=VALUE, e.g. shared_buffers=1GB")
+    return name.strip(), value.strip()
+
+
+def setting_text(value: SettingValue) -> str:
+    """A TOML value as PostgreSQL's configuration syntax expects it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(int(value))
+    return str(value)
