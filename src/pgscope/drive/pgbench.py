@@ -1,0 +1,428 @@
+"""pgbench as the load driver: initialisation, one timed run per step, and its outputs.
+
+One run of pgbench gives three things, all parsed here and nowhere else:
+- per-second progress (`-P 1 --progress-timestamp`, on stderr), handed to a callback as each
+  line arrives, so the timeline is stored live;
+- the end-of-run summary (stdout);
+- per-transaction logs (`-l`), from which latency percentiles are computed exactly (pgbench's
+  own summary only has mean and stddev). Warm-up seconds are trimmed there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from pgscope.errors import RefusedError, TargetError
+from pgscope.proc import spawn, stop_process
+from pgscope.spec import ScriptRef
+from pgscope.target.conn import ConnParams
+from pgscope.target.pgbin import PgBinaries
+
+# `progress: 1795259431.375 s, 2332.7 tps, lat 1.688 ms stddev 0.800, 0 failed`
+# (the stddev is NaN when a second saw fewer than two transactions; "failed" is PG 15+).
+_PROGRESS = re.compile(
+    r"^progress: (?P<ts>\d+(?:\.\d+)?) s, (?P<tps>[\d.]+) tps, "
+    r"lat (?P<lat>[\d.]+|NaN|nan) ms stddev (?P<sd>[\d.]+|NaN|nan)"
+    r"(?:, (?:lag [\d.]+ ms, )?(?P<failed>\d+) failed)?"
+)
+# Grace beyond the requested duration before a silent pgbench is declared hung: connection
+# set-up of many clients and the final log flush take time, but not minutes.
+HANG_GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class ProgressRow:
+    ts_us: int  # end of the one-second interval, UTC epoch microseconds
+    tps: float
+    latency_ms: float | None
+    latency_stddev_ms: float | None
+    failed: int
+
+
+def parse_progress(line: str) -> ProgressRow | None:
+    match = _PROGRESS.match(line.strip())
+    if match is None:
+        return None
+
+    def num(text: str) -> float | None:
+        return None if text.lower() == "nan" else float(text)
+
+    return ProgressRow(
+        ts_us=round(float(match["ts"]) * 1_000_000),
+        tps=float(match["tps"]),
+        latency_ms=num(match["lat"]),
+        latency_stddev_ms=num(match["sd"]),
+        failed=int(match["failed"] or 0),
+    )
+
+
+def parse_summary(stdout: str) -> dict[str, float]:
+    """The numbers from pgbench's final report that we keep (for cross-checking our own)."""
+    patterns = {
+        "xacts": r"number of transactions actually processed: (\d+)",
+        "failed": r"number of failed transactions: (\d+)",
+        "latency_avg_ms": r"latency average = ([\d.]+) ms",
+        "latency_stddev_ms": r"latency stddev = ([\d.]+) ms",
+        "connection_ms": r"initial connection time = ([\d.]+) ms",
+        "tps": r"tps = ([\d.]+) \(without initial connection time\)",
+    }
+    found = {}
+    for key, pattern in patterns.items():
+        match = re.search(pattern, stdout)
+        if match:
+            found[key] = float(match.group(1))
+    return found
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What pgbench runs: a builtin and/or script files, with the query protocol."""
+
+    builtin: str | None
+    scripts: tuple[ScriptRef, ...]
+    protocol: str
+
+    def args(self) -> list[str]:
+        args = ["-M", self.protocol]
+        if self.builtin:
+            args += ["-b", self.builtin]
+        for script in self.scripts:
+            args += ["-f", script.pgbench_arg()]
+        return args
+
+
+@dataclass
+class StepRun:
+    """The result of one pgbench invocation."""
+
+    returncode: int | None
+    summary: dict[str, float]
+    error: str | None  # first pgbench error line, or why we stopped it
+    log_prefix: Path
+    started_us: int
+    ended_us: int
+    progress_rows: int = 0
+    stderr_tail: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.error is None
+
+    def log_files(self) -> list[Path]:
+        """pgbench's per-transaction logs: PREFIX.PID, and PREFIX.PID.THREAD for -j > 1."""
+        pattern = re.compile(re.escape(self.log_prefix.name) + r"\.\d+(\.\d+)?")
+        return sorted(p for p in self.log_prefix.parent.iterdir() if pattern.fullmatch(p.name))
+
+
+@dataclass(frozen=True)
+class Pgbench:
+    pg: PgBinaries
+    conn: ConnParams
+    read_only: bool  # enforce server-side with default_transaction_read_only
+
+    def _env(self) -> dict[str, str]:
+        env = self.conn.env()
+        if self.read_only:
+            # The server itself rejects any write a script attempts.
+            env["PGOPTIONS"] = "-c default_transaction_read_only=on"
+        return env
+
+    def _conn_args(self) -> list[str]:
+        # pgbench expands a connection string given as the database name.
+        return [self.conn.conninfo()]
+
+    def current_scale(self) -> int | None:
+        """The scale of existing pgbench tables (pgbench's own rule: rows in branches)."""
+        with self.conn.connect() as conn:
+            row = conn.execute("SELECT to_regclass('pgbench_branches') IS NOT NULL").fetchone()
+            if not row or not row[0]:
+                return None
+            count = conn.execute("SELECT count(*) FROM pgbench_branches").fetchone()
+        return int(count[0]) if count else None
+
+    def initialise(self, scale: int, *, allow_writes: bool) -> bool:
+        """Create pgbench tables at `scale` unless they already exist at that scale.
+
+        Returns True when it initialised. Server-side data generation ('G') is much faster
+        than client-side for large scales.
+        """
+        existing = self.current_scale()
+        if existing == scale:
+            return False
+        if not allow_writes:
+            have = f"they are at scale {existing}" if existing else "they do not exist"
+            raise RefusedError(
+                f"pgbench tables at scale {scale} are needed but {have}; initialising writes "
+                f"to the server: pass --allow-writes to let pgscope create them"
+            )
+        argv: list[str | os.PathLike[str]] = [
+            self.pg.path("pgbench"),
+            "-i",
+            "-s",
+            str(scale),
+            "-I",
+            "dtGvp",
+            "-q",
+            *self._conn_args(),
+        ]
+        proc = spawn(
+            argv, env=self.conn.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            _, err = proc.communicate(timeout=max(600, scale * 10))
+        except BaseException:
+            stop_process(proc, signal.SIGINT, grace_s=5)
+            raise
+        if proc.returncode != 0:
+            raise TargetError(f"pgbench -i -s {scale} failed: {_first_error(err)}")
+        return True
+
+    def run(
+        self,
+        workload: Workload,
+        *,
+        clients: int,
+        threads: int,
+        seconds: int,
+        log_prefix: Path,
+        on_progress: Callable[[ProgressRow], None],
+    ) -> StepRun:
+        """Run pgbench for `seconds`, feeding each progress line to `on_progress` as it
+        arrives. Interrupts (KeyboardInterrupt, Interrupted) stop pgbench and propagate."""
+        log_prefix.parent.mkdir(parents=True, exist_ok=True)
+        argv: list[str | os.PathLike[str]] = [
+            self.pg.path("pgbench"),
+            "-n",
+            *workload.args(),
+            "-c",
+            str(clients),
+            "-j",
+            str(threads),
+            "-T",
+            str(seconds),
+            "-P",
+            "1",
+            "--progress-timestamp",
+            "-l",
+            f"--log-prefix={log_prefix.name}",
+            *self._conn_args(),
+        ]
+        stdout_path = log_prefix.parent / "pgbench.out"
+        started_us = time.time_ns() // 1000
+        tail: list[str] = []
+        rows = 0
+        error: str | None = None
+        with stdout_path.open("w") as stdout_file:
+            proc = spawn(
+                argv,
+                cwd=log_prefix.parent,
+                env=self._env(),
+                stdout=stdout_file,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                rows, error = self._follow(proc, seconds + HANG_GRACE_S, on_progress, tail)
+            finally:
+                # Normal end: pgbench has exited. Interrupt or hang: stop it (SIGINT lets it
+                # print what it can), then kill.
+                stop_process(proc, signal.SIGINT, grace_s=5)
+        ended_us = time.time_ns() // 1000
+        summary = parse_summary(stdout_path.read_text())
+        if error is None and proc.returncode != 0:
+            error = _first_error("\n".join(tail)) or f"pgbench exited with {proc.returncode}"
+        return StepRun(
+            proc.returncode, summary, error, log_prefix, started_us, ended_us, rows, tail[-20:]
+        )
+
+    @staticmethod
+    def _follow(
+        proc: subprocess.Popen[Any],
+        timeout_s: float,
+        on_progress: Callable[[ProgressRow], None],
+        tail: list[str],
+    ) -> tuple[int, str | None]:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + timeout_s
+        rows = 0
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return rows, f"pgbench did not finish within {timeout_s:.0f}s; stopped it"
+                if not sel.select(timeout=min(remaining, 1.0)):
+                    continue
+                line = proc.stderr.readline()
+                if not line:  # EOF: pgbench exited
+                    proc.wait(timeout=30)
+                    return rows, None
+                row = parse_progress(line)
+                if row is not None:
+                    on_progress(row)
+                    rows += 1
+                else:
+                    tail.append(line.rstrip())
+                    del tail[:-50]
+
+
+def _first_error(stderr: str) -> str:
+    for line in stderr.splitlines():
+        line = line.strip()
+        if "error" in line.lower() or "fatal" in line.lower():
+            return line.removeprefix("pgbench: ")
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+# -------------------------------------------------------------------------------------------
+# Per-transaction logs -> latency statistics
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    xacts: int
+    failed: int
+    window_start_us: int
+    window_end_us: int
+    tps: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    mean_ms: float
+
+
+@dataclass(frozen=True)
+class SecondStats:
+    second_us: int  # start of the second, UTC epoch microseconds
+    xacts: int
+    failed: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+
+_LOG_COLUMNS = {
+    "client_id": "BIGINT",
+    "xact_no": "BIGINT",
+    "latency": "VARCHAR",
+    "script_no": "BIGINT",
+    "epoch_s": "BIGINT",
+    "epoch_us": "BIGINT",
+}
+
+
+def _log_relation(db: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
+    """Expose the logs as view `xact` (end_us, latency_us, failed). A failed transaction's
+    time column reads 'failed' (or 'serialization'/'deadlock'), hence VARCHAR + TRY_CAST."""
+    # Table functions in a view cannot take bound parameters: quote the literals instead.
+    file_list = ", ".join(_sql_string(str(f)) for f in files)
+    columns = ", ".join(f"{_sql_string(k)}: {_sql_string(v)}" for k, v in _LOG_COLUMNS.items())
+    db.execute(
+        f"CREATE OR REPLACE TEMP VIEW raw_xact AS SELECT * FROM read_csv([{file_list}], "
+        f"delim=' ', header=false, columns={{{columns}}}, null_padding=true, "
+        f"ignore_errors=true)"
+    )
+    db.execute(
+        "CREATE OR REPLACE TEMP VIEW xact AS SELECT epoch_s * 1000000 + epoch_us AS end_us, "
+        "TRY_CAST(latency AS BIGINT) AS latency_us, "
+        "TRY_CAST(latency AS BIGINT) IS NULL AS failed, client_id, script_no FROM raw_xact"
+    )
+
+
+def analyse_logs(
+    files: list[Path], warmup_s: float
+) -> tuple[LatencyStats | None, list[SecondStats]]:
+    """Exact latency percentiles over the measured window, and per-second percentiles.
+
+    The window starts `warmup_s` after the first transaction completed and ends at the last;
+    tps is the number of transactions completed in it divided by its length.
+    """
+    files = [f for f in files if f.stat().st_size > 0]
+    if not files:
+        return None, []
+    db = duckdb.connect()
+    try:
+        _log_relation(db, files)
+        bounds = db.execute("SELECT min(end_us), max(end_us) FROM xact").fetchone()
+        if bounds is None or bounds[0] is None:
+            return None, []
+        window_start = int(bounds[0] + warmup_s * 1_000_000)
+        window_end = int(bounds[1])
+        per_second = [
+            SecondStats(*row)
+            for row in db.execute(
+                "SELECT (end_us // 1000000) * 1000000 AS sec, count(*), "
+                "count(*) FILTER (WHERE failed), "
+                "quantile_cont(latency_us, 0.5) / 1000, quantile_cont(latency_us, 0.95) / 1000, "
+                "quantile_cont(latency_us, 0.99) / 1000, max(latency_us) / 1000 "
+                "FROM xact GROUP BY sec ORDER BY sec"
+            ).fetchall()
+        ]
+        row = db.execute(
+            "SELECT count(*), count(*) FILTER (WHERE failed), "
+            "quantile_cont(latency_us, [0.5, 0.9, 0.95, 0.99, 0.999]), max(latency_us), "
+            "avg(latency_us) FROM xact WHERE end_us > ? AND end_us <= ?",
+            [window_start, window_end],
+        ).fetchone()
+        if row is None or not row[0] or row[2] is None or window_end <= window_start:
+            return None, per_second
+        xacts, failed, quantiles, max_us, mean_us = row
+        seconds = (window_end - window_start) / 1_000_000
+        stats = LatencyStats(
+            xacts=int(xacts),
+            failed=int(failed),
+            window_start_us=window_start,
+            window_end_us=window_end,
+            tps=(xacts - failed) / seconds,
+            p50_ms=quantiles[0] / 1000,
+            p90_ms=quantiles[1] / 1000,
+            p95_ms=quantiles[2] / 1000,
+            p99_ms=quantiles[3] / 1000,
+            p999_ms=quantiles[4] / 1000,
+            max_ms=max_us / 1000,
+            mean_ms=mean_us / 1000,
+        )
+        return stats, per_second
+    finally:
+        db.close()
+
+
+def archive_logs(files: list[Path], target: Path) -> int:
+    """Keep the raw per-transaction log as compressed Parquet (a fraction of the text size),
+    then delete the text files. Returns the number of rows archived."""
+    files = [f for f in files if f.stat().st_size > 0]
+    if not files:
+        return 0
+    db = duckdb.connect()
+    try:
+        _log_relation(db, files)
+        count = db.execute("SELECT count(*) FROM xact").fetchone()
+        db.execute(
+            f"COPY (SELECT client_id, script_no, end_us, latency_us, failed FROM xact "
+            f"ORDER BY end_us) TO {_sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
+        )
+    finally:
+        db.close()
+    for f in files:
+        f.unlink()
+    return int(count[0]) if count else 0
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

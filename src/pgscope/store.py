@@ -1,0 +1,322 @@
+"""The run store: one DuckDB file per run (`results/<run-id>/run.duckdb`), artifacts beside it.
+
+It is the contract between collecting and analysing; docs/store.md documents every table.
+Rows are committed as they arrive (DuckDB autocommits each statement), so a run killed after
+three steps still has those three steps. Time is UTC epoch microseconds (BIGINT) everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from pgscope.errors import EnvironmentProblem, InputFileError
+
+SCHEMA_VERSION = 1
+STORE_FILE = "run.duckdb"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS run (
+    run_id VARCHAR PRIMARY KEY,
+    recipe VARCHAR,
+    spec_source VARCHAR,
+    spec_toml VARCHAR,
+    spec_json VARCHAR,
+    command_line VARCHAR,
+    pgscope_version VARCHAR,
+    target_kind VARCHAR,
+    target_conninfo VARCHAR,
+    server_version VARCHAR,
+    server_version_num INTEGER,
+    host_json VARCHAR,
+    started_us BIGINT,
+    ended_us BIGINT,
+    status VARCHAR,
+    status_reason VARCHAR
+);
+CREATE TABLE IF NOT EXISTS settings (
+    variant VARCHAR, name VARCHAR, setting VARCHAR, unit VARCHAR, source VARCHAR,
+    captured_us BIGINT
+);
+CREATE TABLE IF NOT EXISTS steps (
+    step_id INTEGER PRIMARY KEY,
+    variant VARCHAR NOT NULL,
+    clients INTEGER NOT NULL,
+    repeat INTEGER NOT NULL,
+    threads INTEGER,
+    duration_s DOUBLE,
+    warmup_s DOUBLE,
+    started_us BIGINT,
+    ended_us BIGINT,
+    window_start_us BIGINT,
+    window_end_us BIGINT,
+    status VARCHAR NOT NULL,
+    error VARCHAR,
+    server_restarted BOOLEAN,
+    tps DOUBLE,
+    xacts BIGINT,
+    failed BIGINT,
+    pgbench_tps DOUBLE,
+    latency_mean_ms DOUBLE,
+    p50_ms DOUBLE,
+    p90_ms DOUBLE,
+    p95_ms DOUBLE,
+    p99_ms DOUBLE,
+    p999_ms DOUBLE,
+    max_ms DOUBLE,
+    xact_log VARCHAR
+);
+CREATE TABLE IF NOT EXISTS timeline (
+    step_id INTEGER, ts_us BIGINT, tps DOUBLE, latency_ms DOUBLE, latency_stddev_ms DOUBLE,
+    failed BIGINT
+);
+CREATE TABLE IF NOT EXISTS latency_seconds (
+    step_id INTEGER, second_us BIGINT, xacts BIGINT, failed BIGINT, p50_ms DOUBLE,
+    p95_ms DOUBLE, p99_ms DOUBLE, max_ms DOUBLE
+);
+CREATE TABLE IF NOT EXISTS events (
+    ts_us BIGINT, step_id INTEGER, kind VARCHAR, detail VARCHAR
+);
+"""
+
+STEP_RESULT_COLUMNS = (
+    "window_start_us",
+    "window_end_us",
+    "tps",
+    "xacts",
+    "failed",
+    "pgbench_tps",
+    "latency_mean_ms",
+    "p50_ms",
+    "p90_ms",
+    "p95_ms",
+    "p99_ms",
+    "p999_ms",
+    "max_ms",
+    "xact_log",
+)
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    run_id: str
+    recipe: str
+    spec_source: str
+    spec_toml: str
+    spec_json: str
+    command_line: str
+    pgscope_version: str
+    target_kind: str  # "embedded" or "server"
+    target_conninfo: str  # never contains a password
+    host: dict[str, Any]
+
+
+class RunStore:
+    """Writer and reader of one run's DuckDB file."""
+
+    def __init__(self, db: duckdb.DuckDBPyConnection, run_dir: Path) -> None:
+        self.db = db
+        self.run_dir = run_dir
+
+    # -- opening ----------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, run_dir: Path, meta: RunMeta) -> RunStore:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+            db = duckdb.connect(str(run_dir / STORE_FILE))
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"cannot create run folder {run_dir}: {exc.strerror}"
+            ) from None
+        except duckdb.Error as exc:
+            raise EnvironmentProblem(f"cannot create the run store in {run_dir}: {exc}") from None
+        db.execute(_SCHEMA)
+        db.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
+        db.execute(
+            "INSERT INTO run (run_id, recipe, spec_source, spec_toml, spec_json, command_line, "
+            "pgscope_version, target_kind, target_conninfo, host_json, started_us, status) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')",
+            [
+                meta.run_id,
+                meta.recipe,
+                meta.spec_source,
+                meta.spec_toml,
+                meta.spec_json,
+                meta.command_line,
+                meta.pgscope_version,
+                meta.target_kind,
+                meta.target_conninfo,
+                json.dumps(meta.host),
+                now_us(),
+            ],
+        )
+        return cls(db, run_dir)
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunStore:
+        """Open a finished (or interrupted) run read-only."""
+        path = run_dir / STORE_FILE
+        if not path.is_file():
+            raise InputFileError(f"{run_dir}: not a pgscope run folder (no {STORE_FILE})")
+        try:
+            db = duckdb.connect(str(path), read_only=True)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise InputFileError(f"{run_dir}: the run is still in progress") from None
+            raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
+        except duckdb.Error as exc:
+            raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
+        return cls(db, run_dir)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def set_server(self, version: str, version_num: int) -> None:
+        self.db.execute(
+            "UPDATE run SET server_version = ?, server_version_num = ?", [version, version_num]
+        )
+
+    def finish_run(self, status: str, reason: str | None = None) -> None:
+        self.db.execute(
+            "UPDATE run SET ended_us = ?, status = ?, status_reason = ?", [now_us(), status, reason]
+        )
+
+    def add_settings(self, variant: str, rows: Iterable[Sequence[Any]]) -> None:
+        captured = now_us()
+        self.db.executemany(
+            "INSERT INTO settings VALUES (?, ?, ?, ?, ?, ?)",
+            [[variant, *row, captured] for row in rows],
+        )
+
+    def add_event(self, kind: str, detail: str, step_id: int | None = None) -> None:
+        self.db.execute("INSERT INTO events VALUES (?, ?, ?, ?)", [now_us(), step_id, kind, detail])
+
+    def begin_step(
+        self,
+        step_id: int,
+        variant: str,
+        clients: int,
+        repeat: int,
+        threads: int,
+        duration_s: float,
+        warmup_s: float,
+        server_restarted: bool,
+    ) -> None:
+        self.db.execute(
+            "INSERT INTO steps (step_id, variant, clients, repeat, threads, duration_s, warmup_s,"
+            " started_us, status, server_restarted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+            [
+                step_id,
+                variant,
+                clients,
+                repeat,
+                threads,
+                duration_s,
+                warmup_s,
+                now_us(),
+                server_restarted,
+            ],
+        )
+
+    def add_progress(
+        self,
+        step_id: int,
+        ts_us: int,
+        tps: float,
+        latency_ms: float | None,
+        stddev_ms: float | None,
+        failed: int,
+    ) -> None:
+        self.db.execute(
+            "INSERT INTO timeline VALUES (?, ?, ?, ?, ?, ?)",
+            [step_id, ts_us, tps, latency_ms, stddev_ms, failed],
+        )
+
+    def add_latency_seconds(self, step_id: int, rows: Iterable[Sequence[Any]]) -> None:
+        data = [[step_id, *row] for row in rows]
+        if data:
+            self.db.executemany("INSERT INTO latency_seconds VALUES (?, ?, ?, ?, ?, ?, ?, ?)", data)
+
+    def finish_step(
+        self, step_id: int, status: str, error: str | None, results: dict[str, Any]
+    ) -> None:
+        unknown = set(results) - set(STEP_RESULT_COLUMNS)
+        assert not unknown, f"not step result columns: {unknown}"
+        columns = ["ended_us", "status", "error", *results]
+        assignments = ", ".join(f"{c} = ?" for c in columns)
+        self.db.execute(
+            f"UPDATE steps SET {assignments} WHERE step_id = ?",
+            [now_us(), status, error, *results.values(), step_id],
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        cursor = self.db.execute(sql, params or [])
+        names = [d[0] for d in cursor.description or []]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def run_row(self) -> dict[str, Any]:
+        rows = self.query("SELECT * FROM run")
+        if not rows:
+            raise InputFileError(f"{self.run_dir}: the run store has no run record")
+        return rows[0]
+
+    def steps(self) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM steps ORDER BY step_id")
+
+
+def list_runs(results_dir: Path) -> list[dict[str, Any]]:
+    """One summary row per run folder under `results_dir`, newest first."""
+    rows: list[dict[str, Any]] = []
+    if not results_dir.is_dir():
+        return rows
+    for run_dir in sorted(results_dir.iterdir(), reverse=True):
+        if not (run_dir / STORE_FILE).is_file():
+            continue
+        row: dict[str, Any] = {
+            "run_id": run_dir.name,
+            "run_dir": str(run_dir),
+            "recipe": "",
+            "status": "unreadable",
+            "steps": 0,
+            "steps_ok": 0,
+        }
+        try:
+            store = RunStore.open(run_dir)
+        except InputFileError as exc:
+            row["status"] = "running" if "in progress" in str(exc) else "unreadable"
+            rows.append(row)
+            continue
+        try:
+            run = store.run_row()
+            counts = store.query(
+                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok FROM steps"
+            )[0]
+        finally:
+            store.close()
+        status = run["status"] if run["status"] != "running" else "interrupted"
+        row.update(
+            recipe=run["recipe"],
+            status=status,
+            steps=counts["n"],
+            steps_ok=counts["ok"],
+            started_us=run["started_us"],
+            server_version=run["server_version"],
+        )
+        rows.append(row)
+    return rows
