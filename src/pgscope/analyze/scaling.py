@@ -1,0 +1,118 @@
+"""Scalability analysis of a run: per-cell statistics over repeats and a USL fit per variant.
+
+A pure function of the store's rows: nothing here talks to a server.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from scipy import stats as scistats
+
+from pgscope.analyze.usl import UslFit, fit_usl
+from pgscope.errors import InputFileError
+
+
+@dataclass(frozen=True)
+class Cell:
+    """All repeats of one (variant, clients) pair."""
+
+    variant: str
+    clients: int
+    repeats: int  # successful repeats
+    failed_steps: int
+    tps_mean: float | None
+    tps_ci95: tuple[float, float] | None  # Student t interval of the mean; needs >= 2 repeats
+    tps_cv: float | None  # coefficient of variation between repeats
+    p50_ms: float | None  # latency percentiles: mean over repeats of each repeat's value
+    p95_ms: float | None
+    p99_ms: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "clients": self.clients,
+            "repeats": self.repeats,
+            "failed_steps": self.failed_steps,
+            "tps": self.tps_mean,
+            "tps_ci95": list(self.tps_ci95) if self.tps_ci95 else None,
+            "tps_cv": self.tps_cv,
+            "latency_ms": {"p50": self.p50_ms, "p95": self.p95_ms, "p99": self.p99_ms},
+        }
+
+
+@dataclass
+class ScalingAnalysis:
+    cells: list[Cell]
+    fits: dict[str, UslFit]
+    fit_errors: dict[str, str] = field(default_factory=dict)
+
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(c.variant for c in self.cells))
+
+
+def mean_ci95(values: list[float]) -> tuple[float, float] | None:
+    """Student-t 95% interval of the mean, truncated at 0 (throughput is never negative)."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    sem = statistics.stdev(values) / math.sqrt(len(values))
+    half = float(scistats.t.ppf(0.975, len(values) - 1)) * sem
+    return max(0.0, mean - half), mean + half
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def summarise(steps: list[dict[str, Any]]) -> list[Cell]:
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for step in steps:
+        groups[(step["variant"], step["clients"])].append(step)
+    cells = []
+    for (variant, clients), group in groups.items():
+        good = [s for s in group if s["status"] == "ok" and s["tps"] is not None]
+        tps = [float(s["tps"]) for s in good]
+        mean = statistics.fmean(tps) if tps else None
+        cv = statistics.stdev(tps) / mean if len(tps) >= 2 and mean else None
+        cells.append(
+            Cell(
+                variant,
+                clients,
+                len(good),
+                sum(1 for s in group if s["status"] == "failed"),
+                mean,
+                mean_ci95(tps),
+                cv,
+                _mean([s["p50_ms"] for s in good]),
+                _mean([s["p95_ms"] for s in good]),
+                _mean([s["p99_ms"] for s in good]),
+            )
+        )
+    order = {v: i for i, v in enumerate(dict.fromkeys(s["variant"] for s in steps))}
+    return sorted(cells, key=lambda c: (order[c.variant], c.clients))
+
+
+def analyse(steps: list[dict[str, Any]], *, bootstrap: int = 500) -> ScalingAnalysis:
+    """Cells, and a USL fit per variant over every successful repeat."""
+    cells = summarise(steps)
+    fits: dict[str, UslFit] = {}
+    errors: dict[str, str] = {}
+    for variant in dict.fromkeys(s["variant"] for s in steps):
+        good = [
+            s
+            for s in steps
+            if s["variant"] == variant and s["status"] == "ok" and s["tps"] is not None
+        ]
+        try:
+            fits[variant] = fit_usl(
+                [s["clients"] for s in good], [s["tps"] for s in good], bootstrap=bootstrap
+            )
+        except (InputFileError, ValueError) as exc:
+            errors[variant] = str(exc)
+    return ScalingAnalysis(cells, fits, errors)
