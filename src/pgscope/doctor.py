@@ -1,0 +1,188 @@
+"""`pgscope doctor`: what this machine can do, and the fix for each missing piece."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pgscope.collect.elfprobes import list_probes
+from pgscope.errors import EnvironmentProblem
+from pgscope.proc import server_account
+from pgscope.target.pgbin import find_binaries
+
+TRACEFS_PATHS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+APT_HINT = "apt-get install"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    needed_for: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _version_of(argv: list[str]) -> str | None:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if text and out.returncode == 0 else None
+
+
+def tracefs_mount() -> Path | None:
+    for path in TRACEFS_PATHS:
+        if (path / "events").is_dir():
+            return path
+    return None
+
+
+def run_checks(pg_bin: Path | None = None) -> list[Check]:
+    checks: list[Check] = []
+    is_root = os.geteuid() == 0
+    checks.append(
+        Check(
+            "root",
+            is_root,
+            "running as root" if is_root else f"running as uid {os.geteuid()}",
+            "" if is_root else "run as root (sudo) for tracing and profiling",
+            "usdt tracing, perf profiles",
+        )
+    )
+    postgres: Path | None = None
+    try:
+        pg = find_binaries(pg_bin)
+        postgres = pg.path("postgres")
+        checks.append(
+            Check(
+                "postgresql",
+                True,
+                f"{pg.version()} in {pg.bindir} (found via {pg.how_found})",
+                needed_for="embedded clusters",
+            )
+        )
+        checks.append(
+            Check(
+                "pgbench",
+                pg.has("pgbench"),
+                str(pg.bindir / "pgbench"),
+                "" if pg.has("pgbench") else f"{APT_HINT} postgresql-client",
+                "all load",
+            )
+        )
+        control = pg.sharedir() / "extension" / "pg_wait_sampling.control"
+        checks.append(
+            Check(
+                "pg_wait_sampling",
+                control.is_file(),
+                str(control) if control.is_file() else "extension not installed",
+                ""
+                if control.is_file()
+                else f"{APT_HINT} postgresql-{pg.major_version()}-pg-wait-sampling",
+                "second wait-event source (optional)",
+            )
+        )
+    except EnvironmentProblem as exc:
+        checks.append(
+            Check(
+                "postgresql",
+                False,
+                str(exc),
+                f"{APT_HINT} postgresql postgresql-contrib",
+                "embedded clusters",
+            )
+        )
+    try:
+        account = server_account(None)
+        checks.append(
+            Check(
+                "server account",
+                True,
+                f"PostgreSQL runs as {account.name}",
+                needed_for="embedded clusters",
+            )
+        )
+    except EnvironmentProblem as exc:
+        checks.append(
+            Check(
+                "server account", False, str(exc), "useradd --system postgres", "embedded clusters"
+            )
+        )
+    if postgres is not None:
+        try:
+            probes = list_probes(postgres)
+        except OSError as exc:
+            probes = []
+            detail = f"cannot read {postgres}: {exc.strerror}"
+        else:
+            guarded = sum(1 for p in probes if p.semaphore)
+            detail = f"{len(probes)} USDT probes in {postgres}" + (
+                f" ({guarded} behind semaphores)" if guarded else ""
+            )
+        checks.append(
+            Check(
+                "usdt probes",
+                bool(probes),
+                detail,
+                ""
+                if probes
+                else "use a PostgreSQL built with --enable-dtrace "
+                "(Debian's and PGDG's packages are)",
+                "usdt tracing",
+            )
+        )
+    bpftrace = shutil.which("bpftrace")
+    version = _version_of([bpftrace, "--version"]) if bpftrace else None
+    checks.append(
+        Check(
+            "bpftrace",
+            version is not None,
+            version or "not installed",
+            "" if version else f"{APT_HINT} bpftrace",
+            "usdt tracing, off-CPU",
+        )
+    )
+    perf = shutil.which("perf")
+    version = _version_of([perf, "--version"]) if perf else None
+    checks.append(
+        Check(
+            "perf",
+            version is not None,
+            version or "not installed",
+            "" if version else f"{APT_HINT} linux-perf",
+            "CPU profiles",
+        )
+    )
+    mount = tracefs_mount()
+    checks.append(
+        Check(
+            "tracefs",
+            mount is not None,
+            f"mounted at {mount}" if mount else "not mounted",
+            "" if mount else "mount -t tracefs nodev /sys/kernel/tracing",
+            "usdt tracing, perf",
+        )
+    )
+    paranoid = Path("/proc/sys/kernel/perf_event_paranoid")
+    if paranoid.is_file():
+        level = paranoid.read_text().strip()
+        ok = is_root or (re.fullmatch(r"-?\d+", level) is not None and int(level) <= 1)
+        checks.append(
+            Check(
+                "perf_event_paranoid",
+                ok,
+                f"level {level}",
+                "" if ok else "sysctl kernel.perf_event_paranoid=1, or run as root",
+                "CPU profiles",
+            )
+        )
+    return checks

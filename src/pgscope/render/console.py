@@ -1,0 +1,136 @@
+"""Console output: live progress while a run goes on, and the scalability summary after.
+
+Progress goes to stderr (so `--json` on stdout stays clean); on a terminal it is a live status
+line, elsewhere one line per step.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+
+from pgscope.analyze.run import RunResult
+from pgscope.drive.pgbench import LatencyStats, ProgressRow
+from pgscope.runner import PlannedStep
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+class ConsoleReporter:
+    """Implements runner.Reporter on a rich console."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.status: Status | None = None
+        self.label = ""
+        self.step_started_at = 0.0
+        self.seconds = 0.0
+
+    def phase(self, message: str) -> None:
+        self._stop_status()
+        self.console.print(f"[dim]· {message}[/dim]", highlight=False)
+
+    def step_started(self, step: PlannedStep, total: int, seconds: float) -> None:
+        self.label = (
+            f"step {step.step_id}/{total}  {step.variant}  clients={step.clients}  "
+            f"repeat={step.repeat}"
+        )
+        self.step_started_at = time.monotonic()
+        self.seconds = seconds
+        if self.console.is_terminal:
+            self.status = self.console.status(self.label)
+            self.status.start()
+
+    def progress(self, step: PlannedStep, row: ProgressRow) -> None:
+        if self.status is not None:
+            elapsed = time.monotonic() - self.step_started_at
+            self.status.update(
+                f"{self.label}  {elapsed:3.0f}/{self.seconds:.0f}s  "
+                f"{row.tps:,.0f} tps  lat {_ms(row.latency_ms)} ms"
+            )
+
+    def step_finished(
+        self, step: PlannedStep, stats: LatencyStats | None, error: str | None
+    ) -> None:
+        self._stop_status()
+        if error is not None:
+            self.console.print(f"{self.label}  [red]failed: {error}[/red]", highlight=False)
+        elif stats is not None:
+            self.console.print(
+                f"{self.label}  {stats.tps:,.0f} tps  p50 {_ms(stats.p50_ms)}  "
+                f"p95 {_ms(stats.p95_ms)}  p99 {_ms(stats.p99_ms)} ms",
+                highlight=False,
+            )
+
+    def _stop_status(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def print_summary(console: Console, result: RunResult) -> None:
+    run = result.run
+    status = run["status"]
+    colour = {"complete": "green", "partial": "yellow"}.get(status, "red")
+    console.print(
+        f"[bold]pgscope run {run['run_id']}[/bold]  [{colour}]{status}[/{colour}]"
+        + (f" ({run['status_reason']})" if run["status_reason"] else ""),
+        highlight=False,
+    )
+    host = result.host
+    server = (run["server_version"] or "server version unknown").split(" on ")[0]
+    console.print(server, highlight=False)
+    console.print(
+        f"host: {host.get('usable_cpus')} usable CPUs ({host.get('cpu_model')}), "
+        f"{(host.get('memory_bytes') or 0) / 2**30:.0f} GiB; "
+        f"target: {run['target_kind']}",
+        highlight=False,
+    )
+    for variant in result.scaling.variants():
+        table = Table(title=f"variant {variant}", title_justify="left", show_edge=False)
+        for name in ("clients", "repeats", "tps", "95% CI", "p50 ms", "p95 ms", "p99 ms"):
+            table.add_column(name, justify="right")
+        for cell in (c for c in result.scaling.cells if c.variant == variant):
+            ci = (
+                f"{cell.tps_ci95[0]:,.0f} – {cell.tps_ci95[1]:,.0f}"
+                if cell.tps_ci95
+                else "n/a (1 repeat)"
+                if cell.repeats == 1
+                else "-"
+            )
+            repeats = str(cell.repeats) + (
+                f" ({cell.failed_steps} failed)" if cell.failed_steps else ""
+            )
+            table.add_row(
+                str(cell.clients),
+                repeats,
+                f"{cell.tps_mean:,.0f}" if cell.tps_mean is not None else "-",
+                ci,
+                _ms(cell.p50_ms),
+                _ms(cell.p95_ms),
+                _ms(cell.p99_ms),
+            )
+        console.print()
+        console.print(table)
+        fit = result.scaling.fits.get(variant)
+        if fit is not None:
+            console.print(f"[bold]model:[/bold] {fit.describe()}", highlight=False)
+            for warning in fit.warnings:
+                console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        elif variant in result.scaling.fit_errors:
+            console.print(
+                f"[yellow]no model:[/yellow] {result.scaling.fit_errors[variant]}", highlight=False
+            )
+    failed = [s for s in result.steps if s["status"] != "ok"]
+    for step in failed[:5]:
+        console.print(
+            f"[red]step {step['step_id']} ({step['variant']}, clients="
+            f"{step['clients']}): {step['status']}: {step['error']}[/red]",
+            highlight=False,
+        )
+    console.print(f"\nrun folder: {result.run_dir}", highlight=False)

@@ -1,0 +1,432 @@
+"""The runner: from a validated spec to a run folder, step by step, always tearing down.
+
+Order of work: plan the steps -> create the run store -> bring up the target (embedded cluster
+or existing server) -> validate every variant's settings -> initialise the workload's tables ->
+run the steps (apply the variant, run pgbench, store progress live, then percentiles) ->
+tear down. SIGINT and SIGTERM become exceptions in the main thread, so the same `finally`
+blocks stop pgbench and the server on every path; rows already stored stay stored.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+
+from pgscope import __version__
+from pgscope.drive.pgbench import (
+    LatencyStats,
+    Pgbench,
+    ProgressRow,
+    StepRun,
+    Workload,
+    analyse_logs,
+    archive_logs,
+)
+from pgscope.errors import ExitCode, Interrupted, RefusedError, RunFailed, TargetError
+from pgscope.host import describe_host, usable_cores
+from pgscope.proc import server_account
+from pgscope.spec import LoadedSpec, Spec, setting_text
+from pgscope.store import RunMeta, RunStore
+from pgscope.target.conn import ConnParams
+from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
+from pgscope.target.introspect import non_default_settings, server_version
+from pgscope.target.pgbin import find_binaries
+from pgscope.target.server import ExistingServer
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run (not what): these never change the experiment's meaning."""
+
+    results_dir: Path
+    command_line: str
+    pg_bin: Path | None = None
+    dsn: str | None = None
+    allow_writes: bool = False
+    run_as: str | None = None
+    work_dir: Path | None = None
+    keep_xact_logs: bool = True
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    step_id: int
+    variant: str
+    clients: int
+    repeat: int
+
+
+class Reporter(Protocol):
+    """Progress for the user while the run goes on (the console renderer implements it)."""
+
+    def phase(self, message: str) -> None: ...
+    def step_started(self, step: PlannedStep, total: int, seconds: float) -> None: ...
+    def progress(self, step: PlannedStep, row: ProgressRow) -> None: ...
+    def step_finished(
+        self, step: PlannedStep, stats: LatencyStats | None, error: str | None
+    ) -> None: ...
+
+
+def plan_steps(spec: Spec, cores: int, seed: int) -> list[PlannedStep]:
+    """Every (variant, clients) cell once per repeat block.
+
+    With order="random", each block visits the variants in a fresh random order and, within
+    a variant, the client counts in a fresh random order: drift over the run (caches, disk,
+    a noisy neighbour) spreads over all cells instead of masquerading as an effect. Cells of
+    one variant stay together within a block, so a variant needing a restart costs one
+    restart per block, not one per step.
+    """
+    rng = random.Random(seed)
+    variants = list(spec.variants)
+    clients = spec.client_counts(cores)
+    steps: list[PlannedStep] = []
+    for repeat in range(1, spec.repeats + 1):
+        block_variants = variants[:]
+        if spec.order == "random":
+            rng.shuffle(block_variants)
+        for variant in block_variants:
+            block_clients = clients[:]
+            if spec.order == "random":
+                rng.shuffle(block_clients)
+            for n in block_clients:
+                steps.append(PlannedStep(len(steps) + 1, variant, n, repeat))
+    return steps
+
+
+def effective_settings(spec: Spec, variant: str) -> dict[str, str]:
+    merged = {**spec.settings, **spec.variants[variant]}
+    return {name: setting_text(value) for name, value in merged.items()}
+
+
+def new_run_id(spec_name: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{spec_name}-{secrets.token_hex(2)}"
+
+
+@contextmanager
+def signals_as_exceptions() -> Iterator[None]:
+    """SIGINT/SIGTERM raise `Interrupted` in the main thread; later ones are ignored so that
+    teardown is not itself interrupted."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise Interrupted("SIGINT", ExitCode.INTERRUPTED)
+        raise Interrupted("SIGTERM", ExitCode.TERMINATED)
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    status: str  # "complete", "partial" (some steps failed), "interrupted", "failed"
+    error: Exception | None
+
+
+def execute(
+    loaded: LoadedSpec, options: RunOptions, reporter: Reporter, seed: int | None = None
+) -> RunOutcome:
+    """Run the experiment. Returns the outcome; the run folder always holds what was measured.
+
+    Errors before the store exists (bad binaries, unwritable folder, unreachable server) raise
+    directly: there is nothing to keep yet.
+    """
+    spec = loaded.spec
+    cores = usable_cores()
+    seed = (
+        spec.seed
+        if spec.seed is not None
+        else (seed if seed is not None else secrets.randbelow(2**31))
+    )
+    steps = plan_steps(spec, cores, seed)
+    target_kind = "server" if options.dsn else "embedded"
+    pg = find_binaries(options.pg_bin, need_server=target_kind == "embedded")
+    pg.path("pgbench")  # fail now, not after initdb, when pgbench is missing
+    server: ExistingServer | None = None
+    if options.dsn:
+        server = ExistingServer(ConnParams.from_dsn(options.dsn), options.allow_writes)
+        _check_server_request(spec, server, options.allow_writes)
+        server.check_reachable()
+        account = None
+    else:
+        account = server_account(options.run_as)
+
+    run_id = new_run_id(spec.name)
+    run_dir = options.results_dir / run_id
+    meta = RunMeta(
+        run_id,
+        spec.name,
+        loaded.source,
+        loaded.toml_text,
+        spec.model_dump_json(),
+        options.command_line,
+        __version__,
+        target_kind,
+        server.conn.conninfo() if server else "embedded",
+        describe_host(),
+    )
+    store = RunStore.create(run_dir, meta)
+    store.add_event("plan", f"{len(steps)} steps, seed {seed}, {cores} usable cores")
+    cluster: EmbeddedCluster | None = None
+    error: Exception | None = None
+    try:
+        with signals_as_exceptions():
+            try:
+                if server is None:
+                    assert account is not None
+                    max_clients = max(s.clients for s in steps)
+                    cluster = EmbeddedCluster(
+                        pg,
+                        account,
+                        run_dir / "server.log",
+                        benchmark_defaults(max_clients),
+                        options.work_dir,
+                    )
+                    reporter.phase(f"starting an embedded PostgreSQL cluster as {account.name}")
+                    cluster.start()
+                    for variant in spec.variants:
+                        cluster.validate_settings(
+                            effective_settings(spec, variant), f"variant {variant!r}"
+                        )
+                    conn = cluster.conn
+                else:
+                    conn = server.conn
+                read_only = server is not None and not server.allow_writes
+                _run_steps(
+                    loaded,
+                    steps,
+                    store,
+                    Pgbench(pg, conn, read_only),
+                    cluster,
+                    server,
+                    reporter,
+                    cores,
+                    options.keep_xact_logs,
+                )
+            finally:
+                if cluster is not None:
+                    reporter.phase("stopping the embedded cluster")
+                    cluster.teardown()
+    except Interrupted as exc:
+        error = exc
+    except (TargetError, RefusedError, RunFailed) as exc:
+        error = exc
+    except BaseException as exc:
+        store.finish_run("failed", str(exc) or type(exc).__name__)
+        store.close()
+        raise
+    status = _final_status(store, error)
+    store.finish_run(status, str(error) if error else None)
+    store.close()
+    return RunOutcome(run_dir, status, error)
+
+
+def _check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool) -> None:
+    server.refuse_settings({k: setting_text(v) for k, v in spec.settings.items()}, "the spec")
+    for name, settings in spec.variants.items():
+        server.refuse_settings(
+            {k: setting_text(v) for k, v in settings.items()}, f"variant {name!r}"
+        )
+    if allow_writes:
+        return
+    if spec.workload in {"tpcb-like", "simple-update"}:
+        raise RefusedError(
+            f"workload {spec.workload} writes to the server; pgscope only reads "
+            f"from an existing server unless you pass --allow-writes"
+        )
+    if spec.init_sql:
+        raise RefusedError("init_sql runs arbitrary SQL on the server; pass --allow-writes")
+
+
+def _final_status(store: RunStore, error: Exception | None) -> str:
+    if isinstance(error, Interrupted):
+        return "interrupted"
+    if error is not None:
+        return "failed"
+    statuses = [s["status"] for s in store.steps()]
+    return "complete" if statuses and all(s == "ok" for s in statuses) else "partial"
+
+
+def _run_steps(
+    loaded: LoadedSpec,
+    steps: list[PlannedStep],
+    store: RunStore,
+    pgbench: Pgbench,
+    cluster: EmbeddedCluster | None,
+    server: ExistingServer | None,
+    reporter: Reporter,
+    cores: int,
+    keep_xact_logs: bool,
+) -> None:
+    spec = loaded.spec
+    conn = pgbench.conn
+    allow_writes = server is None or server.allow_writes
+    with conn.connect() as session:
+        version, version_num = server_version(session)
+    store.set_server(version, version_num)
+    if spec.scale > 0:
+        reporter.phase(f"initialising pgbench tables at scale {spec.scale}")
+        if pgbench.initialise(spec.scale, allow_writes=allow_writes):
+            store.add_event("init", f"pgbench -i -s {spec.scale}")
+    init_sql = loaded.init_sql_path()
+    if init_sql is not None:
+        reporter.phase(f"running {init_sql.name}")
+        _run_init_sql(conn, init_sql)
+        store.add_event("init", f"init_sql {init_sql}")
+
+    workload = Workload(spec.workload, tuple(loaded.scripts()), spec.protocol)
+    seconds = math.ceil(spec.warmup + spec.duration)
+    captured: set[str] = set()
+    failures = 0
+    for step in steps:
+        restarted = False
+        if cluster is not None:
+            restarted = cluster.apply_settings(effective_settings(spec, step.variant))
+            if restarted:
+                store.add_event("restart", f"variant {step.variant}", step.step_id)
+        if step.variant not in captured:
+            with conn.connect() as session:
+                store.add_settings(step.variant, non_default_settings(session))
+            captured.add(step.variant)
+        if cluster is not None:
+            # Each step starts from a clean checkpoint, so the previous step's dirty pages
+            # are not flushed on this step's time.
+            with conn.connect() as session:
+                session.execute("CHECKPOINT")
+        threads = spec.pgbench_threads(step.clients, cores)
+        store.begin_step(
+            step.step_id,
+            step.variant,
+            step.clients,
+            step.repeat,
+            threads,
+            spec.duration,
+            spec.warmup,
+            restarted,
+        )
+        reporter.step_started(step, len(steps), seconds)
+        ok = _run_one_step(
+            step, store, pgbench, workload, threads, seconds, spec.warmup, reporter, keep_xact_logs
+        )
+        if not ok:
+            failures += 1
+            alive = (
+                cluster.is_alive()
+                if cluster is not None
+                else (server.is_alive() if server is not None else True)
+            )
+            if not alive:
+                raise TargetError(
+                    f"the server stopped during step {step.step_id}; "
+                    f"see {store.run_dir / 'server.log'}"
+                    if cluster
+                    else f"the server became unreachable during step {step.step_id}"
+                )
+    if failures == len(steps):
+        raise RunFailed(
+            f"all {failures} steps failed; see the step errors in "
+            f"{store.run_dir} (pgscope report {store.run_dir} --format text)"
+        )
+
+
+def _run_one_step(
+    step: PlannedStep,
+    store: RunStore,
+    pgbench: Pgbench,
+    workload: Workload,
+    threads: int,
+    seconds: int,
+    warmup: float,
+    reporter: Reporter,
+    keep_xact_logs: bool,
+) -> bool:
+    step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
+
+    def on_progress(row: ProgressRow) -> None:
+        store.add_progress(
+            step.step_id, row.ts_us, row.tps, row.latency_ms, row.latency_stddev_ms, row.failed
+        )
+        reporter.progress(step, row)
+
+    result: StepRun | None = None
+    try:
+        result = pgbench.run(
+            workload,
+            clients=step.clients,
+            threads=threads,
+            seconds=seconds,
+            log_prefix=step_dir / "xact",
+            on_progress=on_progress,
+        )
+    except Interrupted:
+        store.finish_step(step.step_id, "interrupted", "run interrupted during this step", {})
+        raise
+    stats, per_second = analyse_logs(result.log_files(), warmup)
+    store.add_latency_seconds(
+        step.step_id,
+        [
+            (s.second_us, s.xacts, s.failed, s.p50_ms, s.p95_ms, s.p99_ms, s.max_ms)
+            for s in per_second
+        ],
+    )
+    archive = step_dir / "xact.parquet"
+    if keep_xact_logs:
+        archived = archive_logs(result.log_files(), archive)
+    else:
+        archived = 0
+        for log in result.log_files():
+            log.unlink()
+    error = result.error
+    if error is None and stats is None:
+        error = "pgbench completed no transaction in the measured window"
+    results: dict[str, object] = {
+        "pgbench_tps": result.summary.get("tps"),
+        "xact_log": str(archive.relative_to(store.run_dir)) if archived else None,
+    }
+    if stats is not None:
+        results.update(
+            window_start_us=stats.window_start_us,
+            window_end_us=stats.window_end_us,
+            tps=stats.tps,
+            xacts=stats.xacts,
+            failed=stats.failed,
+            latency_mean_ms=stats.mean_ms,
+            p50_ms=stats.p50_ms,
+            p90_ms=stats.p90_ms,
+            p95_ms=stats.p95_ms,
+            p99_ms=stats.p99_ms,
+            p999_ms=stats.p999_ms,
+            max_ms=stats.max_ms,
+        )
+    store.finish_step(step.step_id, "ok" if error is None else "failed", error, results)
+    reporter.step_finished(step, stats, error)
+    return error is None
+
+
+def _run_init_sql(conn: ConnParams, path: Path) -> None:
+    import psycopg
+
+    with conn.connect() as session:
+        try:
+            # No parameters: psycopg sends it with the simple protocol, so a file may hold
+            # several statements.
+            session.execute(path.read_text().encode())
+        except psycopg.Error as exc:
+            raise TargetError(f"init_sql {path}: {exc.diag.message_primary or exc}") from None
