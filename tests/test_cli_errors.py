@@ -1,0 +1,143 @@
+"""Bad input: each case is one line on stderr and a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pgscope.errors import ExitCode
+from pgscope.target.pgbin import find_binaries
+from tests.conftest import one_line_error, pgscope
+
+
+def test_help_and_version() -> None:
+    result = pgscope("--help")
+    assert result.returncode == 0 and "pgscope run scaling --quick" in result.stdout
+    for command in ("run", "recipes", "runs", "report", "doctor", "fit", "fit usl"):
+        sub = pgscope(*command.split(), "--help")
+        assert sub.returncode == 0, (command, sub.stderr)
+        assert "Usage:" in sub.stdout
+    version = pgscope("--version")
+    assert version.returncode == 0 and version.stdout.startswith("pgscope ")
+
+
+def test_recipes_lists_one_line_each() -> None:
+    result = pgscope("recipes")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("scaling ") for line in lines)
+    shown = pgscope("recipes", "scaling")
+    assert shown.returncode == 0 and "[quick]" in shown.stdout
+
+
+def _bad_spec(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def _pg_bin_without_pgbench(tmp_path: Path) -> str:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("postgres", "initdb"):
+        (fake / name).symlink_to(find_binaries().path(name))
+    return str(fake)
+
+
+CASES = {
+    "unknown recipe": (
+        lambda t: ["run", "nonesuch"],
+        ExitCode.SPEC,
+        "unknown recipe 'nonesuch'; available:",
+    ),
+    "malformed TOML": (
+        lambda t: ["run", _bad_spec(t, "clients = [1,\n")],
+        ExitCode.SPEC,
+        "malformed TOML",
+    ),
+    "unknown setting in a variant": (
+        lambda t: [
+            "run",
+            _bad_spec(
+                t, "clients = [1,2,3]\nduration = 1\n[variants]\nx = {no_such_setting = 1}\n"
+            ),
+            "--results-dir",
+            str(t / "r"),
+        ],
+        ExitCode.SPEC,
+        "variant 'x': setting no_such_setting = '1': unrecognized configuration parameter",
+    ),
+    "client count of 0": (
+        lambda t: ["run", "--clients", "0,1,2"],
+        ExitCode.SPEC,
+        "--clients: Input should be greater than or equal to 1 (got 0)",
+    ),
+    "client list garbage": (
+        lambda t: ["run", "--clients", "two"],
+        ExitCode.SPEC,
+        "--clients 'two'",
+    ),
+    "missing pgbench": (
+        lambda t: ["run", "--pg-bin", _pg_bin_without_pgbench(t), "--results-dir", str(t / "r")],
+        ExitCode.ENVIRONMENT,
+        "pgbench not found in",
+    ),
+    "unreachable DSN": (
+        lambda t: [
+            "run",
+            "--dsn",
+            "host=127.0.0.1 port=1 dbname=x connect_timeout=3",
+            "--results-dir",
+            str(t / "r"),
+        ],
+        ExitCode.TARGET,
+        "cannot connect to",
+    ),
+    "malformed DSN": (
+        lambda t: ["run", "--dsn", "not a dsn", "--results-dir", str(t / "r")],
+        ExitCode.USAGE,
+        "--dsn: not a valid connection string",
+    ),
+    "unknown option": (lambda t: ["run", "--colour"], ExitCode.USAGE, "No such option"),
+    "missing argument": (lambda t: ["report"], ExitCode.USAGE, "Missing argument"),
+    "not a run folder": (lambda t: ["report", str(t)], ExitCode.SPEC, "not a pgscope run folder"),
+    "bad report format": (
+        lambda t: ["report", str(t), "--format", "pdf"],
+        ExitCode.USAGE,
+        "--format 'pdf'",
+    ),
+    "script missing": (
+        lambda t: ["run", "--script", str(t / "nope.sql")],
+        ExitCode.SPEC,
+        "nope.sql: no such file",
+    ),
+    "bad --set": (lambda t: ["run", "--set", "work_mem"], ExitCode.SPEC, "expected NAME=VALUE"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_line_with_a_documented_code(case: str, tmp_path: Path) -> None:
+    make_args, code, expected = CASES[case]
+    result = pgscope(*make_args(tmp_path), timeout=120)
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert expected in one_line_error(result)
+
+
+def test_results_folder_not_writable_fails_before_starting(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        target = "/proc/pgscope-results"  # even root cannot create folders in /proc
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        target = str(locked / "results")
+    result = pgscope("run", "scaling", "--quick", "--results-dir", target)
+    assert result.returncode == ExitCode.ENVIRONMENT
+    assert "cannot create run folder" in one_line_error(result)
+
+
+def test_exit_codes_are_documented() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "exit-codes.md").read_text()
+    for code in ExitCode:
+        assert f"| {int(code)} " in doc, f"exit code {int(code)} ({code.name}) not documented"

@@ -1,0 +1,122 @@
+"""The embedded target: a real throw-away cluster, its settings, and its teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgscope.errors import EnvironmentProblem, SpecError, TargetError
+from pgscope.proc import RunAs, child_pids, server_account
+from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults, wait_for_exit
+from pgscope.target.pgbin import PgBinaries, find_binaries
+from tests.conftest import SMALL_SERVER
+
+
+def show(cluster: EmbeddedCluster, name: str) -> str:
+    with cluster.connect() as conn:
+        row = conn.execute(f"SHOW {name}").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_runs_unprivileged_on_loopback_and_socket(cluster: EmbeddedCluster) -> None:
+    pid = cluster.postmaster_pid
+    assert pid is not None
+    owner = Path(f"/proc/{pid}").stat().st_uid
+    assert owner != 0, "PostgreSQL must never run as root"
+    assert owner == server_account(None).uid
+    assert show(cluster, "listen_addresses") == "127.0.0.1"
+    assert (cluster.socket_dir / f".s.PGSQL.{cluster.port}").exists()
+    # TCP on loopback answers too.
+    with psycopg.connect(
+        host="127.0.0.1", port=cluster.port, user="postgres", dbname="postgres"
+    ) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert show(cluster, "compute_query_id") == "on"
+    assert show(cluster, "shared_buffers") == "128MB"
+
+
+def test_reload_or_restart_by_context(cluster: EmbeddedCluster) -> None:
+    pid = cluster.postmaster_pid
+    assert cluster.apply_settings({"work_mem": "12MB"}) is False  # context user: reload
+    assert show(cluster, "work_mem") == "12MB" and cluster.postmaster_pid == pid
+    assert cluster.apply_settings({"work_mem": "12MB"}) is False  # no change, no work
+    assert cluster.apply_settings({"shared_buffers": "96MB"}) is True  # postmaster: restart
+    assert show(cluster, "shared_buffers") == "96MB" and cluster.postmaster_pid != pid
+    assert show(cluster, "work_mem") == "4MB", "settings of the previous variant are undone"
+    assert cluster.apply_settings({}) is True  # shared_buffers back to the startup value
+    assert show(cluster, "shared_buffers") == "128MB"
+
+
+def test_validation_uses_the_servers_parser(cluster: EmbeddedCluster) -> None:
+    with pytest.raises(
+        SpecError,
+        match="variant 'x': setting no_such_thing = '1': unrecognized configuration parameter",
+    ):
+        cluster.validate_settings({"no_such_thing": "1"}, "variant 'x'")
+    with pytest.raises(SpecError, match='invalid value for parameter "work_mem"'):
+        cluster.validate_settings({"work_mem": "lots"}, "variant 'y'")
+    cluster.validate_settings({"work_mem": "64MB", "shared_buffers": "1GB"}, "variant 'z'")
+    assert show(cluster, "work_mem") == "4MB", "validation leaves no setting behind"
+    with cluster.connect() as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_file_settings WHERE sourcefile LIKE '%auto.conf'"
+        ).fetchone() == (0,)
+
+
+def test_teardown_after_postmaster_was_killed(pg: PgBinaries, tmp_path: Path) -> None:
+    cluster = EmbeddedCluster(
+        pg, server_account(None), tmp_path / "log", {**benchmark_defaults(4), **SMALL_SERVER}
+    )
+    cluster.start()
+    pid = cluster.postmaster_pid
+    root = cluster.root
+    assert pid is not None and root is not None
+    with cluster.connect() as conn:
+        conn.execute("SELECT 1")
+        children = child_pids(pid)
+        assert children, "a running postmaster has auxiliary processes"
+        os.kill(pid, signal.SIGKILL)
+        cluster.teardown()
+    assert not cluster.is_alive()
+    assert wait_for_exit(pid, 5)
+    for child in children:
+        assert wait_for_exit(child, 10), f"backend {child} outlived its postmaster"
+    assert not root.exists()
+    cluster.teardown()  # idempotent
+
+
+def test_start_failure_names_the_server_error(pg: PgBinaries, tmp_path: Path) -> None:
+    cluster = EmbeddedCluster(
+        pg, server_account(None), tmp_path / "log", {**SMALL_SERVER, "shared_buffers": "lots"}
+    )
+    with (
+        pytest.raises(
+            TargetError,
+            match=r'failed to start: LOG: +invalid value for parameter "shared_buffers": '
+            r'"lots" / FATAL',
+        ),
+        cluster,
+    ):
+        pass
+    assert cluster.root is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to test the account switch")
+def test_root_needs_an_unprivileged_account() -> None:
+    with pytest.raises(EnvironmentProblem, match="user 'no-such-user' does not exist"):
+        server_account("no-such-user")
+    with pytest.raises(EnvironmentProblem, match="refuses to run as root"):
+        server_account("root")
+    assert isinstance(server_account(None), RunAs)
+
+
+def test_missing_binaries_are_explained(tmp_path: Path) -> None:
+    with pytest.raises(EnvironmentProblem, match="postgres not found there"):
+        find_binaries(tmp_path)
+    with pytest.raises(EnvironmentProblem, match="no such directory"):
+        find_binaries(tmp_path / "nope")

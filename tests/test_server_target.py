@@ -1,0 +1,162 @@
+"""An existing server (--dsn): read-only by default, never reconfigured, no password kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pgscope.target.embedded import EmbeddedCluster
+from tests.conftest import one_line_error, pgscope
+
+SHORT = ["--duration", "1", "--warmup", "0", "--repeats", "1"]
+
+
+def dsn(cluster: EmbeddedCluster, extra: str = "") -> str:
+    return f"host={cluster.socket_dir} port={cluster.port} user=postgres dbname=postgres {extra}"
+
+
+def user_tables(cluster: EmbeddedCluster) -> list[str]:
+    with cluster.connect() as conn:
+        rows = conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace ORDER BY 1"
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def test_write_workload_is_refused_and_nothing_is_created(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    results = tmp_path / "results"
+    result = pgscope(
+        "run",
+        "scaling",
+        "--dsn",
+        dsn(cluster),
+        "--workload",
+        "tpcb-like",
+        "--clients",
+        "1,2,3",
+        *SHORT,
+        "--results-dir",
+        str(results),
+    )
+    assert result.returncode == 6
+    message = one_line_error(result)
+    assert "workload tpcb-like writes to the server" in message and "--allow-writes" in message
+    assert user_tables(cluster) == []
+    assert not results.exists(), "refused before any run folder is made"
+
+
+def test_read_only_workload_needs_existing_tables(cluster: EmbeddedCluster, tmp_path: Path) -> None:
+    result = pgscope(
+        "run",
+        "scaling",
+        "--dsn",
+        dsn(cluster),
+        "--clients",
+        "1,2,3",
+        *SHORT,
+        "--scale",
+        "1",
+        "--results-dir",
+        str(tmp_path),
+    )
+    assert result.returncode == 6
+    assert "pgbench tables at scale 1 are needed but they do not exist" in one_line_error(result)
+    assert user_tables(cluster) == []
+
+
+def test_settings_and_variants_are_never_applied(cluster: EmbeddedCluster, tmp_path: Path) -> None:
+    result = pgscope(
+        "run",
+        "scaling",
+        "--dsn",
+        dsn(cluster),
+        "--set",
+        "work_mem=64MB",
+        "--allow-writes",
+        "--results-dir",
+        str(tmp_path),
+    )
+    assert result.returncode == 6
+    message = one_line_error(result)
+    assert "never changes settings on an existing server" in message and "work_mem" in message
+    with cluster.connect() as conn:
+        assert conn.execute("SHOW work_mem").fetchone() == ("4MB",)
+
+
+def test_allow_writes_initialises_then_read_only_runs_and_no_password_is_kept(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    secret = "sekrit-PASSWORD-42"
+    written = pgscope(
+        "run",
+        "scaling",
+        "--dsn",
+        dsn(cluster, f"password={secret}"),
+        "--allow-writes",
+        "--workload",
+        "tpcb-like",
+        "--scale",
+        "1",
+        "--clients",
+        "1,2,3",
+        *SHORT,
+        "--json",
+        "--results-dir",
+        str(tmp_path),
+    )
+    assert written.returncode == 0, written.stderr
+    assert {"pgbench_accounts", "pgbench_branches"} <= set(user_tables(cluster))
+    doc = json.loads(written.stdout)
+    assert doc["target"]["kind"] == "server" and len(doc["steps"]) == 3
+    read = pgscope(
+        "run",
+        "scaling",
+        "--dsn",
+        dsn(cluster, f"password={secret}"),
+        "--scale",
+        "1",
+        "--clients",
+        "1,2,3",
+        *SHORT,
+        "--json",
+        "--results-dir",
+        str(tmp_path),
+    )
+    assert read.returncode == 0, read.stderr
+    assert all(s["status"] == "ok" for s in json.loads(read.stdout)["steps"])
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"password found in {path}"
+    assert secret not in written.stdout + written.stderr + read.stdout + read.stderr
+
+
+def test_writing_script_without_allow_writes_is_stopped_by_the_server(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    with cluster.connect() as conn:
+        conn.execute("CREATE TABLE t (id int)")
+    script = tmp_path / "insert.sql"
+    script.write_text("INSERT INTO t VALUES (1);\n")
+    result = pgscope(
+        "run",
+        "--dsn",
+        dsn(cluster),
+        "--script",
+        str(script),
+        "--scale",
+        "0",
+        "--clients",
+        "1,2,3",
+        *SHORT,
+        "--json",
+        "--results-dir",
+        str(tmp_path / "r"),
+    )
+    assert result.returncode == 7, result.stderr
+    assert "all 3 steps failed" in one_line_error(result)
+    steps = json.loads(result.stdout)["steps"]
+    assert all("read-only transaction" in (s["error"] or "") for s in steps)
+    with cluster.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)

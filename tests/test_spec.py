@@ -1,0 +1,154 @@
+"""Specs: recipes load, overrides layer, invalid input names the field and the reason."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pgscope.errors import InputFileError, SpecError
+from pgscope.runner import effective_settings, plan_steps
+from pgscope.spec import (
+    auto_clients,
+    load_spec,
+    parse_client_list,
+    parse_setting,
+    recipe_names,
+    setting_text,
+)
+
+
+@pytest.mark.parametrize("name", recipe_names())
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_bundled_recipe_is_valid(name: str, quick: bool) -> None:
+    loaded = load_spec(name, quick=quick)
+    assert loaded.spec.description, f"recipe {name} needs a description for `pgscope recipes`"
+    assert loaded.spec.client_counts(2)
+
+
+def test_scaling_quick_has_enough_points_and_repeats_for_a_ci() -> None:
+    spec = load_spec("scaling", quick=True).spec
+    assert len(spec.client_counts(2)) >= 6 and 1 in spec.client_counts(2)
+    assert spec.repeats >= 2
+    planned = len(spec.client_counts(2)) * spec.repeats * (spec.duration + spec.warmup)
+    assert planned < 150, "quick must leave room for set-up within 4 minutes"
+
+
+def test_auto_clients_dense_near_the_knee_and_bounded() -> None:
+    assert auto_clients(2) == [1, 2, 3, 4, 6, 8]
+    many = auto_clients(64)
+    assert many[0] == 1 and many[-1] == 256 and 64 in many
+    assert len(many) < 45
+    assert all(c in many for c in range(32, 129, 16))
+
+
+def test_cli_overrides_win_over_quick_over_file(tmp_path: Path) -> None:
+    spec_file = tmp_path / "s.toml"
+    spec_file.write_text(
+        'duration = 60\nclients = [1, 2]\n[quick]\nduration = 3\n[settings]\nwork_mem = "8MB"\n'
+    )
+    spec = load_spec(
+        str(spec_file), quick=True, overrides={"clients": [4, 8]}, extra_settings={"jit": "off"}
+    ).spec
+    assert spec.duration == 3 and spec.clients == [4, 8]
+    assert spec.settings == {"work_mem": "8MB", "jit": "off"}
+    assert spec.name == "s"
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("clients = [0, 2]", "field clients.0: Input should be greater than or equal to 1"),
+        ("clients = [2, 2]", "client counts must be distinct"),
+        ("duration = -1", "field duration: Input should be greater than 0"),
+        ("workload = 'tpcc'", "field workload: Input should be"),
+        ("colour = 'red'", "unknown field 'colour'"),
+        ("collectors = ['magic']", "unknown collector 'magic'"),
+        ("repeats = 'many'", "field repeats"),
+        ("[variants]", "needs at least one variant"),
+        ("clients = [1, 2", "malformed TOML"),
+        ("scripts = ['missing.sql']", "script missing.sql: no such file"),
+        ("workload = 'select-only'\ninit_sql = 'nope.sql'", "init_sql nope.sql: no such file"),
+    ],
+)
+def test_invalid_specs_name_field_and_reason(tmp_path: Path, toml: str, expected: str) -> None:
+    spec_file = tmp_path / "bad.toml"
+    spec_file.write_text(toml + "\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec(str(spec_file))
+    message = str(caught.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_flag_errors_name_the_flag() -> None:
+    with pytest.raises(SpecError, match=r"^--clients: Input should be greater than or equal to 1"):
+        load_spec("scaling", overrides={"clients": [0]}, override_flags={"clients": "--clients"})
+
+
+def test_unknown_recipe_lists_the_known_ones() -> None:
+    with pytest.raises(SpecError, match=r"unknown recipe 'nope'; available: .*scaling"):
+        load_spec("nope")
+
+
+def test_missing_spec_file() -> None:
+    with pytest.raises(InputFileError, match="no such file"):
+        load_spec("/nonexistent/x.toml")
+
+
+def test_no_workload_at_all_is_an_error(tmp_path: Path) -> None:
+    spec_file = tmp_path / "empty.toml"
+    spec_file.write_text("workload = false\n")  # not a workload name either
+    with pytest.raises(SpecError):
+        load_spec(str(spec_file))
+    with pytest.raises(SpecError, match="no workload"):
+        load_spec("scaling", overrides={"workload": None})
+
+
+def test_scripts_resolve_relative_to_the_spec_with_weights(tmp_path: Path) -> None:
+    (tmp_path / "a.sql").write_text("select 1;\n")
+    spec_file = tmp_path / "s.toml"
+    spec_file.write_text("workload = 'select-only'\nscripts = ['a.sql@3']\n")
+    scripts = load_spec(str(spec_file)).scripts()
+    assert scripts[0].path == (tmp_path / "a.sql").resolve() and scripts[0].weight == 3
+    assert scripts[0].pgbench_arg().endswith("a.sql@3")
+
+
+def test_client_list_parsing() -> None:
+    assert parse_client_list("1,2,4-6") == [1, 2, 4, 5, 6]
+    with pytest.raises(SpecError, match="--clients 'a-b'"):
+        parse_client_list("a-b")
+    with pytest.raises(SpecError, match="no client counts"):
+        parse_client_list(",")
+    assert parse_setting("work_mem = 8MB") == ("work_mem", "8MB")
+    with pytest.raises(SpecError, match="expected NAME=VALUE"):
+        parse_setting("work_mem")
+    assert [setting_text(v) for v in (True, False, 4.0, 0.5, "x")] == ["on", "off", "4", "0.5", "x"]
+
+
+def test_plan_interleaves_every_cell_once_per_repeat_block(tmp_path: Path) -> None:
+    spec_file = tmp_path / "v.toml"
+    spec_file.write_text(
+        "clients = [1, 2, 3, 4]\nrepeats = 3\n[settings]\nwork_mem = '4MB'\n"
+        "[variants]\na = {}\nb = {work_mem = '64MB', jit = false}\n"
+    )
+    spec = load_spec(str(spec_file)).spec
+    steps = plan_steps(spec, cores=2, seed=1)
+    assert len(steps) == 4 * 2 * 3
+    assert [s.step_id for s in steps] == list(range(1, 25))
+    cells = Counter((s.variant, s.clients) for s in steps)
+    assert set(cells.values()) == {3}
+    for repeat in (1, 2, 3):
+        block = [s for s in steps if s.repeat == repeat]
+        assert len(block) == 8 and len({(s.variant, s.clients) for s in block}) == 8
+        # Cells of one variant stay together within a block (one restart per block at most).
+        variants_in_order = [s.variant for s in block]
+        assert variants_in_order == sorted(variants_in_order, key=variants_in_order.index)
+    orders = {tuple((s.variant, s.clients) for s in plan_steps(spec, 2, seed)) for seed in range(5)}
+    assert len(orders) > 1, "random order must depend on the seed"
+    assert plan_steps(spec, 2, 1) == steps, "and be reproducible from it"
+    sequential = plan_steps(spec.model_copy(update={"order": "sequential"}), 2, 1)
+    assert [s.clients for s in sequential[:4]] == [1, 2, 3, 4]
+    assert effective_settings(spec, "b") == {"work_mem": "64MB", "jit": "off"}
+    assert effective_settings(spec, "a") == {"work_mem": "4MB"}
