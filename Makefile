@@ -1,0 +1,26 @@
+# The two commands of the README. Both install what is missing first (scripts/setup.sh).
+#   make run    a scalability sweep on a throw-away cluster; the report lands in results/
+#   make test   the whole test suite against real PostgreSQL, pgbench, bpftrace and perf
+RUN_ARGS ?= scaling --quick
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint typecheck bench clean
+
+setup:
+	./scripts/setup.sh
+
+run: setup
+	.venv/bin/pgscope run $(RUN_ARGS)
+
+test: setup
+	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	.venv/bin/ruff check src tests bench
+	.venv/bin/ruff format --check src tests bench
+
+typecheck: setup
+	.venv/bin/mypy
+
+clean:
+	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache

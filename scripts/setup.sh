@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install what pgscope needs on Debian, idempotently: only missing packages are installed, and
+# apt-get update runs only when something is missing. Used by `make run` and `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PG_MAJOR="${PG_MAJOR:-15}"
+UV_VERSION="${UV_VERSION:-0.13.9}"
+packages=(
+  "postgresql-$PG_MAJOR"                  # server, initdb, pgbench (built with --enable-dtrace)
+  "postgresql-contrib"                    # contrib extensions (pg_stat_statements, ...)
+  "postgresql-$PG_MAJOR-pg-wait-sampling" # second wait-event source, for comparison
+  bpftrace                                # USDT and off-CPU tracing
+  linux-perf                              # CPU profiles
+  python3-venv                            # a private venv for uv
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) != 0 ]]; then
+    echo "setup: missing packages: ${missing[*]}; run as root (or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}" >&2
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+fi
+
+# bpftrace and perf read tracepoints through tracefs; some kernels leave it unmounted.
+if [[ $(id -u) == 0 && ! -d /sys/kernel/tracing/events ]]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null \
+    || echo "setup: could not mount tracefs; tracing collectors will say so" >&2
+fi
+
+# uv manages the project's Python environment from uv.lock; it lives in a private venv so
+# that Debian's system Python (PEP 668) stays untouched.
+if [[ ! -x .tools/bin/uv ]] || ! .tools/bin/uv --version | grep -q "$UV_VERSION"; then
+  python3 -m venv .tools
+  .tools/bin/pip install -q --disable-pip-version-check "uv==$UV_VERSION"
+fi
+UV_PYTHON_DOWNLOADS=never .tools/bin/uv sync --frozen --quiet
