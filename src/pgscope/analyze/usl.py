@@ -299,9 +299,10 @@ def fit_usl(
         )
     if free[1] < 0:
         warnings.append(
-            f"superlinear artefact: the unbounded fit gives σ={free[1]:.4g} < 0 "
-            f"(throughput per client grows with N, e.g. warming caches or too few "
-            f"clients to load the server); σ is held at 0"
+            f"superlinear artefact: the unbounded fit gives σ={free[1]:.4g} < 0: throughput "
+            f"per client grows with N, so the low-N points are held back by something else "
+            f"(e.g. wake-up latency of idle CPUs, common in VMs, or caches warming up); "
+            f"σ is held at 0"
         )
     bounds_active = [name for name, value in (("sigma", sigma), ("kappa", kappa)) if value == 0]
 
