@@ -46,6 +46,32 @@ def tracefs_mount() -> Path | None:
     return None
 
 
+def collector_checks(pg_bin: Path | None) -> list[Check]:
+    """Each collector's own verdict on this machine (for an embedded target)."""
+    from pgscope.collect import registry
+    from pgscope.collect.base import CollectorEnv
+
+    try:
+        pg = find_binaries(pg_bin)
+    except EnvironmentProblem:
+        return []
+    env = CollectorEnv(pg, "embedded", None, os.geteuid() == 0)
+    checks = []
+    for name, cls in registry().items():
+        verdict = cls.check(env)
+        default = "on by default in runs" if cls.default_in_runs else "on request"
+        checks.append(
+            Check(
+                f"collector {name}",
+                verdict.ok,
+                f"{cls.summary} ({default}; cost: {cls.cost})" if verdict.ok else verdict.reason,
+                "" if verdict.ok else verdict.reason,
+                f"collector {name}",
+            )
+        )
+    return checks
+
+
 def run_checks(pg_bin: Path | None = None) -> list[Check]:
     checks: list[Check] = []
     is_root = os.geteuid() == 0
@@ -172,6 +198,7 @@ def run_checks(pg_bin: Path | None = None) -> list[Check]:
             "usdt tracing, perf",
         )
     )
+    checks.extend(collector_checks(pg_bin))
     paranoid = Path("/proc/sys/kernel/perf_event_paranoid")
     if paranoid.is_file():
         level = paranoid.read_text().strip()

@@ -10,6 +10,7 @@ blocks stop pgbench and the server on every path; rows already stored stay store
 from __future__ import annotations
 
 import math
+import os
 import random
 import secrets
 import signal
@@ -22,6 +23,8 @@ from types import FrameType
 from typing import Protocol
 
 from pgscope import __version__
+from pgscope.collect.base import CollectorContext, CollectorEnv, StepInfo
+from pgscope.collect.manager import CollectorSet
 from pgscope.drive.pgbench import (
     LatencyStats,
     Pgbench,
@@ -33,13 +36,13 @@ from pgscope.drive.pgbench import (
 )
 from pgscope.errors import ExitCode, Interrupted, RefusedError, RunFailed, TargetError
 from pgscope.host import describe_host, usable_cores
-from pgscope.proc import server_account
+from pgscope.proc import RunAs, server_account
 from pgscope.spec import LoadedSpec, Spec, setting_text
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.introspect import non_default_settings, server_version
-from pgscope.target.pgbin import find_binaries
+from pgscope.target.pgbin import PgBinaries, find_binaries
 from pgscope.target.server import ExistingServer
 
 
@@ -140,6 +143,36 @@ class RunOutcome:
     error: Exception | None
 
 
+@dataclass
+class RunContext:
+    """Everything one run works with, passed explicitly (no global state)."""
+
+    loaded: LoadedSpec
+    steps: list[PlannedStep]
+    store: RunStore
+    reporter: Reporter
+    collectors: CollectorSet
+    cores: int
+    keep_xact_logs: bool
+    cluster: EmbeddedCluster | None = None
+    server: ExistingServer | None = None
+    driver: Pgbench | None = None  # once the target is up
+
+    @property
+    def pgbench(self) -> Pgbench:
+        assert self.driver is not None, "the target is not up yet"
+        return self.driver
+
+    @property
+    def spec(self) -> Spec:
+        return self.loaded.spec
+
+    def target_alive(self) -> bool:
+        if self.cluster is not None:
+            return self.cluster.is_alive()
+        return self.server is None or self.server.is_alive()
+
+
 def execute(
     loaded: LoadedSpec, options: RunOptions, reporter: Reporter, seed: int | None = None
 ) -> RunOutcome:
@@ -150,21 +183,20 @@ def execute(
     """
     spec = loaded.spec
     cores = usable_cores()
-    seed = (
-        spec.seed
-        if spec.seed is not None
-        else (seed if seed is not None else secrets.randbelow(2**31))
-    )
+    if spec.seed is not None:
+        seed = spec.seed
+    elif seed is None:
+        seed = secrets.randbelow(2**31)
     steps = plan_steps(spec, cores, seed)
     target_kind = "server" if options.dsn else "embedded"
     pg = find_binaries(options.pg_bin, need_server=target_kind == "embedded")
     pg.path("pgbench")  # fail now, not after initdb, when pgbench is missing
     server: ExistingServer | None = None
+    account: RunAs | None = None
     if options.dsn:
         server = ExistingServer(ConnParams.from_dsn(options.dsn), options.allow_writes)
         _check_server_request(spec, server, options.allow_writes)
         server.check_reachable()
-        account = None
     else:
         account = server_account(options.run_as)
 
@@ -184,49 +216,36 @@ def execute(
     )
     store = RunStore.create(run_dir, meta)
     store.add_event("plan", f"{len(steps)} steps, seed {seed}, {cores} usable cores")
-    cluster: EmbeddedCluster | None = None
+    env = CollectorEnv(pg, target_kind, server.conn if server else None, os.geteuid() == 0)
     error: Exception | None = None
     try:
         with signals_as_exceptions():
+            collectors = CollectorSet(spec.collector_selection(), env, store, reporter.phase)
+            ctx = RunContext(
+                loaded,
+                steps,
+                store,
+                reporter,
+                collectors,
+                cores,
+                options.keep_xact_logs,
+                server=server,
+            )
             try:
-                if server is None:
-                    assert account is not None
-                    max_clients = max(s.clients for s in steps)
-                    cluster = EmbeddedCluster(
-                        pg,
-                        account,
-                        run_dir / "server.log",
-                        benchmark_defaults(max_clients),
-                        options.work_dir,
-                    )
-                    reporter.phase(f"starting an embedded PostgreSQL cluster as {account.name}")
-                    cluster.start()
-                    for variant in spec.variants:
-                        cluster.validate_settings(
-                            effective_settings(spec, variant), f"variant {variant!r}"
-                        )
-                    conn = cluster.conn
+                if account is not None:
+                    ctx.cluster = _start_cluster(ctx, pg, account, options, env)
+                    conn = ctx.cluster.conn
                 else:
+                    assert server is not None
                     conn = server.conn
-                read_only = server is not None and not server.allow_writes
-                _run_steps(
-                    loaded,
-                    steps,
-                    store,
-                    Pgbench(pg, conn, read_only),
-                    cluster,
-                    server,
-                    reporter,
-                    cores,
-                    options.keep_xact_logs,
-                )
+                ctx.driver = Pgbench(pg, conn, server is not None and not server.allow_writes)
+                _run_steps(ctx, env)
             finally:
-                if cluster is not None:
+                collectors.stop()
+                if ctx.cluster is not None:
                     reporter.phase("stopping the embedded cluster")
-                    cluster.teardown()
-    except Interrupted as exc:
-        error = exc
-    except (TargetError, RefusedError, RunFailed) as exc:
+                    ctx.cluster.teardown()
+    except (Interrupted, TargetError, RefusedError, RunFailed) as exc:
         error = exc
     except BaseException as exc:
         store.finish_run("failed", str(exc) or type(exc).__name__)
@@ -236,6 +255,26 @@ def execute(
     store.finish_run(status, str(error) if error else None)
     store.close()
     return RunOutcome(run_dir, status, error)
+
+
+def _start_cluster(
+    ctx: RunContext, pg: PgBinaries, account: RunAs, options: RunOptions, env: CollectorEnv
+) -> EmbeddedCluster:
+    """Start the embedded cluster with benchmark defaults plus what collectors need, and check
+    every variant's settings with the server's own parser before any load."""
+    startup = {
+        **benchmark_defaults(max(s.clients for s in ctx.steps)),
+        **ctx.collectors.startup_settings(env),
+    }
+    cluster = EmbeddedCluster(
+        pg, account, ctx.store.run_dir / "server.log", startup, options.work_dir
+    )
+    ctx.cluster = cluster  # so that teardown happens even if start fails half-way
+    ctx.reporter.phase(f"starting an embedded PostgreSQL cluster as {account.name}")
+    cluster.start()
+    for variant in ctx.spec.variants:
+        cluster.validate_settings(effective_settings(ctx.spec, variant), f"variant {variant!r}")
+    return cluster
 
 
 def _check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool) -> None:
@@ -264,43 +303,47 @@ def _final_status(store: RunStore, error: Exception | None) -> str:
     return "complete" if statuses and all(s == "ok" for s in statuses) else "partial"
 
 
-def _run_steps(
-    loaded: LoadedSpec,
-    steps: list[PlannedStep],
-    store: RunStore,
-    pgbench: Pgbench,
-    cluster: EmbeddedCluster | None,
-    server: ExistingServer | None,
-    reporter: Reporter,
-    cores: int,
-    keep_xact_logs: bool,
-) -> None:
-    spec = loaded.spec
-    conn = pgbench.conn
-    allow_writes = server is None or server.allow_writes
+def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
+    spec, store, reporter = ctx.spec, ctx.store, ctx.reporter
+    conn = ctx.pgbench.conn
+    allow_writes = ctx.server is None or ctx.server.allow_writes
     with conn.connect() as session:
         version, version_num = server_version(session)
     store.set_server(version, version_num)
     if spec.scale > 0:
         reporter.phase(f"initialising pgbench tables at scale {spec.scale}")
-        if pgbench.initialise(spec.scale, allow_writes=allow_writes):
+        if ctx.pgbench.initialise(spec.scale, allow_writes=allow_writes):
             store.add_event("init", f"pgbench -i -s {spec.scale}")
-    init_sql = loaded.init_sql_path()
+    init_sql = ctx.loaded.init_sql_path()
     if init_sql is not None:
         reporter.phase(f"running {init_sql.name}")
         _run_init_sql(conn, init_sql)
         store.add_event("init", f"init_sql {init_sql}")
 
-    workload = Workload(spec.workload, tuple(loaded.scripts()), spec.protocol)
+    cluster = ctx.cluster
+    ctx.collectors.start(
+        CollectorContext(
+            env=env,
+            conn=conn,
+            store=store,
+            run_dir=store.run_dir,
+            postmaster_pid=lambda: cluster.postmaster_pid if cluster is not None else None,
+            data_dir=cluster.data_dir if cluster is not None else None,
+            server_version_num=version_num,
+            say=reporter.phase,
+        )
+    )
+    workload = Workload(spec.workload, tuple(ctx.loaded.scripts()), spec.protocol)
     seconds = math.ceil(spec.warmup + spec.duration)
     captured: set[str] = set()
     failures = 0
-    for step in steps:
+    for step in ctx.steps:
         restarted = False
         if cluster is not None:
             restarted = cluster.apply_settings(effective_settings(spec, step.variant))
             if restarted:
                 store.add_event("restart", f"variant {step.variant}", step.step_id)
+                ctx.collectors.target_restarted()
         if step.variant not in captured:
             with conn.connect() as session:
                 store.add_settings(step.variant, non_default_settings(session))
@@ -310,7 +353,7 @@ def _run_steps(
             # are not flushed on this step's time.
             with conn.connect() as session:
                 session.execute("CHECKPOINT")
-        threads = spec.pgbench_threads(step.clients, cores)
+        threads = spec.pgbench_threads(step.clients, ctx.cores)
         store.begin_step(
             step.step_id,
             step.variant,
@@ -321,42 +364,33 @@ def _run_steps(
             spec.warmup,
             restarted,
         )
-        reporter.step_started(step, len(steps), seconds)
-        ok = _run_one_step(
-            step, store, pgbench, workload, threads, seconds, spec.warmup, reporter, keep_xact_logs
-        )
+        reporter.step_started(step, len(ctx.steps), seconds)
+        info = StepInfo(step.step_id, step.variant, step.clients, step.repeat)
+        ctx.collectors.step_started(info)
+        try:
+            ok = _run_one_step(ctx, step, workload, threads, seconds)
+        finally:
+            ctx.collectors.step_finished(info)
         if not ok:
             failures += 1
-            alive = (
-                cluster.is_alive()
-                if cluster is not None
-                else (server.is_alive() if server is not None else True)
-            )
-            if not alive:
+            if not ctx.target_alive():
                 raise TargetError(
                     f"the server stopped during step {step.step_id}; "
                     f"see {store.run_dir / 'server.log'}"
-                    if cluster
+                    if cluster is not None
                     else f"the server became unreachable during step {step.step_id}"
                 )
-    if failures == len(steps):
+    if failures == len(ctx.steps):
         raise RunFailed(
-            f"all {failures} steps failed; see the step errors in "
-            f"{store.run_dir} (pgscope report {store.run_dir} --format text)"
+            f"all {failures} steps failed; see the step errors in {store.run_dir} "
+            f"(pgscope report {store.run_dir})"
         )
 
 
 def _run_one_step(
-    step: PlannedStep,
-    store: RunStore,
-    pgbench: Pgbench,
-    workload: Workload,
-    threads: int,
-    seconds: int,
-    warmup: float,
-    reporter: Reporter,
-    keep_xact_logs: bool,
+    ctx: RunContext, step: PlannedStep, workload: Workload, threads: int, seconds: int
 ) -> bool:
+    store, reporter, warmup = ctx.store, ctx.reporter, ctx.spec.warmup
     step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
 
     def on_progress(row: ProgressRow) -> None:
@@ -367,7 +401,7 @@ def _run_one_step(
 
     result: StepRun | None = None
     try:
-        result = pgbench.run(
+        result = ctx.pgbench.run(
             workload,
             clients=step.clients,
             threads=threads,
@@ -387,7 +421,7 @@ def _run_one_step(
         ],
     )
     archive = step_dir / "xact.parquet"
-    if keep_xact_logs:
+    if ctx.keep_xact_logs:
         archived = archive_logs(result.log_files(), archive)
     else:
         archived = 0

@@ -81,7 +81,9 @@ class Spec(BaseModel):
     # Server settings for every variant, then per-variant overrides (embedded clusters only).
     settings: dict[str, SettingValue] = Field(default_factory=dict)
     variants: dict[str, dict[str, SettingValue]] = Field(default_factory=_one_base_variant)
-    collectors: list[str] = Field(default_factory=list)
+    # Evidence collectors and their options, e.g. {activity = {hz = 50}}. Absent: every
+    # collector marked default_in_runs; {} : none.
+    collectors: dict[str, dict[str, Any]] | None = None
 
     @field_validator("clients")
     @classmethod
@@ -107,14 +109,21 @@ class Spec(BaseModel):
 
     @field_validator("collectors")
     @classmethod
-    def _collectors_known(cls, value: list[str]) -> list[str]:
-        from pgscope.collect import COLLECTORS
+    def _collectors_known(
+        cls, value: dict[str, dict[str, Any]] | None
+    ) -> dict[str, dict[str, Any]] | None:
+        from pgscope.collect import validate_options
 
-        for name in value:
-            if name not in COLLECTORS:
-                known = ", ".join(sorted(COLLECTORS)) or "none yet"
-                raise ValueError(f"unknown collector {name!r} (known: {known})")
+        for name, options in (value or {}).items():
+            problem = validate_options(name, options)
+            if problem:
+                raise ValueError(problem)
         return value
+
+    def collector_selection(self) -> dict[str, dict[str, Any]]:
+        from pgscope.collect import default_selection
+
+        return default_selection() if self.collectors is None else dict(self.collectors)
 
     def client_counts(self, cores: int) -> list[int]:
         """The client list, resolving "auto" against the host's core count."""

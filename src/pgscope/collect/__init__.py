@@ -1,11 +1,58 @@
-"""Evidence collectors, one module per layer, all behind one small protocol.
+"""Evidence collectors, one module per layer, all behind one small protocol (`base.py`).
 
-`COLLECTORS` maps a spec's collector names to their implementations; the spec validates
-against it. It is empty until the first collector lands (issue 3: activity sampling).
+The registry discovers every `Collector` subclass defined in a module of this package, so a
+new collector is a new file, nothing else.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import pkgutil
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-COLLECTORS: dict[str, Any] = {}
+from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from pgscope.collect.base import Collector
+
+
+@cache
+def registry() -> dict[str, type[Collector]]:
+    from pgscope.collect.base import Collector
+
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+    found: dict[str, type[Collector]] = {}
+    pending = list(Collector.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if getattr(cls, "name", None) and not getattr(cls, "__abstractmethods__", None):
+            found[cls.name] = cls
+    return dict(sorted(found.items()))
+
+
+def default_selection() -> dict[str, dict[str, Any]]:
+    """What runs collect when a spec does not say: every collector marked default_in_runs."""
+    return {name: {} for name, cls in registry().items() if cls.default_in_runs}
+
+
+def validate_options(name: str, options: dict[str, Any]) -> str | None:
+    """None when `options` suit collector `name`; else why not, one line."""
+    known = registry()
+    if name not in known:
+        return f"unknown collector {name!r} (known: {', '.join(known) or 'none'})"
+    try:
+        known[name].Options.model_validate(options)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        return f"collector {name!r}: option {where}: {error['msg']}"
+    return None
+
+
+def build(name: str, options: dict[str, Any]) -> Collector:
+    cls = registry()[name]
+    return cls(cls.Options.model_validate(options))

@@ -1,0 +1,64 @@
+"""The `pgscope` command line: arguments -> spec -> runner/analysis -> renderer.
+
+Kept thin: each command module parses its flags, calls one function elsewhere and renders.
+Every error reaches the user as one line (`pgscope: error: ...`) with a documented exit code
+(docs/exit-codes.md); `--debug` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import traceback
+
+import typer
+
+from pgscope.cli.app import app
+from pgscope.errors import ExitCode, PgscopeError
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "app":
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="pgscope", standalone_mode=False)
+        return int(result) if isinstance(result, int) else 0
+    except PgscopeError as exc:
+        if debug:
+            traceback.print_exc()
+        notes = "; ".join(getattr(exc, "__notes__", []))
+        sys.stderr.write(f"pgscope: error: {exc}{'; ' + notes if notes else ''}\n")
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("pgscope: error: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:
+        # Click's usage errors (vendored by typer) carry exit_code and format_message().
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+            sys.stderr.write(f"pgscope: error: {_one_line(exc.format_message())}{where}\n")
+            return int(ExitCode.USAGE)
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(
+            f"pgscope: error: internal error: {type(exc).__name__}: "
+            f"{_one_line(str(exc))} (rerun with --debug for the traceback, and "
+            f"please report it)\n"
+        )
+        return int(ExitCode.INTERNAL)
+
+
+def entry() -> None:
+    """Console-script entry point: exit with main()'s code."""
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The typer application and what every command module shares.
+
+Command modules in this package register themselves on `app` when imported; `pgscope.cli`
+imports them all, so a new command is a new module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from pgscope import __version__
+
+HELP = """Find out why PostgreSQL stops scaling, and prove it.
+
+pgscope drives load with pgbench at growing client counts against a throw-away cluster it
+starts itself (or an existing server with --dsn), records every measurement in a run folder
+(results/<run-id>/run.duckdb), and fits the Universal Scalability Law to say where and why
+throughput stops growing.
+
+\b
+Start here:
+  pgscope doctor                      what this machine can measure
+  pgscope recipes                     the bundled experiments
+  pgscope run scaling --quick         a 3-minute scalability sweep
+  pgscope fit usl data.csv            fit USL to your own measurements
+"""
+
+app = typer.Typer(
+    help=HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+fit_app = typer.Typer(
+    help="Fit scalability models to measurements you bring.", no_args_is_help=True
+)
+app.add_typer(fit_app, name="fit")
+
+DEFAULT_RESULTS = Path(os.environ.get("PGSCOPE_RESULTS", "results"))
+
+
+def out_console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def err_console() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_json(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+) -> None:
+    if version:
+        typer.echo(f"pgscope {__version__}")
+        raise typer.Exit(0)

@@ -1,0 +1,32 @@
+"""`pgscope doctor`: what this machine can do, and the fix for what it cannot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pgscope.cli.app import app, out_console, print_json
+
+
+@app.command()
+def doctor(
+    pg_bin: Annotated[
+        Path | None, typer.Option("--pg-bin", help="PostgreSQL bin directory.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check what this machine can do: binaries, probes, root, bpftrace, perf, tracefs."""
+    from pgscope.doctor import run_checks
+
+    checks = run_checks(pg_bin)
+    if as_json:
+        print_json({"checks": [c.to_json() for c in checks], "ok": all(c.ok for c in checks)})
+        return
+    out = out_console()
+    for check in checks:
+        mark = "[green]ok[/green]  " if check.ok else "[red]MISSING[/red]"
+        out.print(f"{mark} {check.name:<20} {check.detail}")
+        if not check.ok and check.fix:
+            out.print(f"        fix: {check.fix}   (needed for: {check.needed_for})")

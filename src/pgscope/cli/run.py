@@ -1,0 +1,259 @@
+"""`pgscope run`: an experiment from a recipe or spec file, with flag overrides."""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
+from pgscope.errors import ExitCode, Interrupted
+
+
+def safe_command_line(argv: list[str]) -> str:
+    """The command line as recorded in the store: a --dsn value loses its password."""
+    from pgscope.target.conn import ConnParams
+
+    masked: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            arg, hide_next = ConnParams.from_dsn(arg).conninfo(), False
+        elif arg == "--dsn":
+            hide_next = True
+        elif arg.startswith("--dsn="):
+            arg = "--dsn=" + ConnParams.from_dsn(arg[len("--dsn=") :]).conninfo()
+        masked.append(arg)
+    return shlex.join(masked)
+
+
+def _absolute_script(text: str) -> str:
+    """Make a --script FILE[@weight] path absolute against the current directory (spec files
+    resolve theirs against the spec's own directory)."""
+    name, sep, weight = text.rpartition("@")
+    if not sep or not weight.isdigit():
+        name, sep, weight = text, "", ""
+    path = Path(name).expanduser()
+    return f"{path if path.is_absolute() else Path.cwd() / path}{sep}{weight}"
+
+
+@app.command()
+def run(
+    recipe: Annotated[
+        str,
+        typer.Argument(
+            help="A bundled recipe name (see `pgscope recipes`) or a spec file (.toml)."
+        ),
+    ] = "scaling",
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Use the recipe's [quick] settings: fewer, shorter steps."),
+    ] = False,
+    clients: Annotated[
+        str | None,
+        typer.Option(
+            help="Client counts, e.g. 1,2,4-8 (default: the recipe's; 'auto' = 1 to 4x cores)."
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="Measured seconds per step (after the warm-up).")
+    ] = None,
+    warmup: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds run before each step's measurement and left out of its statistics."
+        ),
+    ] = None,
+    repeats: Annotated[
+        int | None,
+        typer.Option(help="Times each (variant, clients) cell is measured, interleaved."),
+    ] = None,
+    scale: Annotated[
+        int | None,
+        typer.Option(
+            help="pgbench scale factor to initialise (0: the scripts need no pgbench tables)."
+        ),
+    ] = None,
+    workload: Annotated[
+        str | None, typer.Option(help="pgbench builtin: select-only, tpcb-like or simple-update.")
+    ] = None,
+    script: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A pgbench script FILE[@weight]; repeatable. Replaces the recipe's workload "
+            "unless --workload is also given."
+        ),
+    ] = None,
+    init_sql: Annotated[
+        Path | None,
+        typer.Option(
+            "--init-sql", help="SQL file run once before the first step (schema for scripts)."
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Server setting NAME=VALUE for every variant; repeatable "
+            "(embedded clusters only).",
+        ),
+    ] = None,
+    protocol: Annotated[
+        str | None,
+        typer.Option(help="pgbench query protocol: simple, extended or prepared (default)."),
+    ] = None,
+    order: Annotated[
+        str | None,
+        typer.Option(help="Step order: random (interleaved, the default) or sequential."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for the randomised step order.")] = None,
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            help="Run against an existing server instead of an embedded cluster. Read-only "
+            "unless --allow-writes; never changes its settings."
+        ),
+    ] = None,
+    allow_writes: Annotated[
+        bool,
+        typer.Option(
+            "--allow-writes", help="With --dsn: allow creating tables and write workloads."
+        ),
+    ] = False,
+    pg_bin: Annotated[
+        Path | None,
+        typer.Option(
+            "--pg-bin",
+            help="PostgreSQL bin directory (default: pg_config, else the newest "
+            "/usr/lib/postgresql/*/bin).",
+        ),
+    ] = None,
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            "--run-as",
+            help="When root: the account that runs the embedded server (default: postgres).",
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--work-dir",
+            help="Where the throw-away cluster's directory is created (default: $TMPDIR).",
+        ),
+    ] = None,
+    results_dir: Annotated[
+        Path,
+        typer.Option("--results-dir", help="Where run folders are written ($PGSCOPE_RESULTS)."),
+    ] = DEFAULT_RESULTS,
+    collectors: Annotated[
+        str | None,
+        typer.Option(
+            help="Collectors to run, comma-separated, with default options (see "
+            "`pgscope doctor`); replaces the spec's selection.",
+        ),
+    ] = None,
+    no_collectors: Annotated[
+        bool, typer.Option("--no-collectors", help="Run no collector: load and timing only.")
+    ] = False,
+    no_xact_log: Annotated[
+        bool,
+        typer.Option(
+            "--no-xact-log",
+            help="Do not keep the per-transaction latency log (Parquet) of "
+            "each step; percentiles are stored either way.",
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON document (schema in docs/json.md) on stdout."),
+    ] = False,
+) -> None:
+    """Run an experiment: sweep client counts (and variants), store everything, fit USL.
+
+    \b
+    Examples:
+      pgscope run scaling --quick
+      pgscope run scaling --clients 1,2,4,8 --duration 20 --repeats 3
+      pgscope run my.toml --set shared_buffers=1GB
+      pgscope run --script insert.sql --init-sql schema.sql --scale 0 --clients 1-8
+      pgscope run --dsn "host=db1 dbname=bench user=me" --workload select-only
+    """
+    from pgscope.analyze.run import load_run
+    from pgscope.render.console import ConsoleReporter, print_summary
+    from pgscope.render.json_doc import run_document
+    from pgscope.runner import RunOptions, execute
+    from pgscope.spec import load_spec, parse_client_list, parse_setting
+
+    overrides: dict[str, Any] = {}
+    flags: dict[str, str] = {}
+
+    def override(field: str, flag: str, value: Any) -> None:
+        if value is not None:
+            overrides[field] = value
+            flags[field] = flag
+
+    override(
+        "clients",
+        "--clients",
+        None if clients is None else "auto" if clients == "auto" else parse_client_list(clients),
+    )
+    override("duration", "--duration", duration)
+    override("warmup", "--warmup", warmup)
+    override("repeats", "--repeats", repeats)
+    override("scale", "--scale", scale)
+    override("workload", "--workload", workload)
+    override("protocol", "--protocol", protocol)
+    override("order", "--order", order)
+    if no_collectors:
+        override("collectors", "--no-collectors", {})
+    elif collectors is not None:
+        names = [n.strip() for n in collectors.split(",") if n.strip()]
+        override("collectors", "--collectors", {name: {} for name in names})
+    override("seed", "--seed", seed)
+    if script:
+        override("scripts", "--script", [_absolute_script(s) for s in script])
+        if workload is None:
+            override("workload", "--script", None)
+            overrides["workload"] = None
+    if init_sql is not None:
+        override("init_sql", "--init-sql", str(init_sql.expanduser().absolute()))
+    settings = dict(parse_setting(s) for s in set_ or [])
+    loaded = load_spec(
+        recipe, quick=quick, overrides=overrides, override_flags=flags, extra_settings=settings
+    )
+    options = RunOptions(
+        results_dir=results_dir,
+        command_line=safe_command_line(["pgscope", *sys.argv[1:]]),
+        pg_bin=pg_bin,
+        dsn=dsn,
+        allow_writes=allow_writes,
+        run_as=run_as,
+        work_dir=work_dir,
+        keep_xact_logs=not no_xact_log,
+    )
+    err = err_console()
+    outcome = execute(loaded, options, ConsoleReporter(err))
+    result = load_run(outcome.run_dir)
+    document = run_document(result)
+    (outcome.run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str))
+    recorder = Console(record=True, width=110, file=io.StringIO())
+    print_summary(recorder, result)
+    (outcome.run_dir / "summary.txt").write_text(recorder.export_text())
+    if as_json:
+        print_json(document)
+    else:
+        print_summary(out_console(), result)
+    if outcome.error is not None:
+        if isinstance(outcome.error, Interrupted):
+            kept = sum(1 for s in result.steps if s["status"] == "ok")
+            outcome.error.add_note(f"kept {kept} finished steps in {outcome.run_dir}")
+        raise outcome.error
+    if outcome.status == "partial":
+        raise typer.Exit(ExitCode.RUN_FAILED)

@@ -1,0 +1,68 @@
+"""`pgscope recipes`, `pgscope runs` and `pgscope report`: what exists, and re-rendering it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pgscope.cli.app import DEFAULT_RESULTS, app, out_console, print_json
+from pgscope.errors import UsageError
+
+
+@app.command()
+def recipes(
+    name: Annotated[str | None, typer.Argument(help="Show this recipe's spec in full.")] = None,
+) -> None:
+    """List the bundled recipes, or show one recipe's spec (its knobs, with comments)."""
+    from pgscope.spec import recipe_names, recipe_path, recipe_summary
+
+    if name is not None:
+        typer.echo(recipe_path(name).read_text(), nl=False)
+        return
+    for recipe in recipe_names():
+        typer.echo(f"{recipe:<12} {recipe_summary(recipe)}")
+
+
+@app.command()
+def runs(
+    results_dir: Annotated[
+        Path, typer.Option("--results-dir", help="Where run folders are.")
+    ] = DEFAULT_RESULTS,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the runs in the results folder, newest first."""
+    from pgscope.store import list_runs
+
+    rows = list_runs(results_dir)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        typer.echo(f"no runs in {results_dir}")
+        return
+    for row in rows:
+        typer.echo(
+            f"{row['run_id']:<44} {row['status']:<12} {row['steps_ok']:>3}/"
+            f"{row['steps']:<3} steps  {row['recipe']}"
+        )
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder (results/<run-id>).")],
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+) -> None:
+    """Re-render a run's summary from its store, without running anything."""
+    from pgscope.analyze.run import load_run
+    from pgscope.render.console import print_summary
+    from pgscope.render.json_doc import run_document
+
+    if fmt not in ("text", "json"):
+        raise UsageError(f"--format {fmt!r}: expected text or json")
+    result = load_run(run_dir)
+    if fmt == "json":
+        print_json(run_document(result))
+    else:
+        print_summary(out_console(), result)

@@ -1,0 +1,102 @@
+"""Driving a set of collectors through a run, so that no collector can stop the run.
+
+Every hook call is guarded: a collector that raises is stopped, recorded as failed with its
+reason (table `collectors`), and the run goes on without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from pgscope.collect import build, registry
+from pgscope.collect.base import Collector, CollectorContext, CollectorEnv, StepInfo
+from pgscope.store import RunStore
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+class CollectorSet:
+    def __init__(
+        self,
+        selection: dict[str, dict[str, Any]],
+        env: CollectorEnv,
+        store: RunStore,
+        say: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.say = say
+        self.active: list[Collector] = []
+        self.unavailable: dict[str, str] = {}
+        for name, options in selection.items():
+            cls = registry()[name]
+            availability = cls.check(env)
+            collector = build(name, options)
+            store.set_collector(
+                name, availability.ok, availability.reason or None, collector.options_json()
+            )
+            if availability.ok:
+                self.active.append(collector)
+            else:
+                self.unavailable[name] = availability.reason
+                say(f"collector {name} unavailable: {availability.reason}")
+
+    def startup_settings(self, env: CollectorEnv) -> dict[str, str]:
+        merged: dict[str, str] = {}
+        for collector in self.active:
+            for name, value in collector.startup_settings(env).items():
+                if name == "shared_preload_libraries" and merged.get(name):
+                    value = f"{merged[name]},{value}"
+                merged[name] = value
+        return merged
+
+    def start(self, ctx: CollectorContext) -> None:
+        for collector in list(self.active):
+            try:
+                collector.start(ctx)
+            except Exception as exc:
+                self._drop(collector, "start failed", exc)
+            else:
+                self.store.collector_started(collector.name)
+
+    def _each(self, hook: Callable[[Collector], None], what: str) -> None:
+        for collector in list(self.active):
+            try:
+                hook(collector)
+            except Exception as exc:
+                self._drop(collector, what, exc)
+
+    def step_started(self, step: StepInfo) -> None:
+        self._each(lambda c: c.step_started(step), "step start failed")
+
+    def step_finished(self, step: StepInfo) -> None:
+        self._each(lambda c: c.step_finished(step), "step end failed")
+
+    def target_restarted(self) -> None:
+        self._each(lambda c: c.target_restarted(), "restart handling failed")
+
+    def stop(self) -> None:
+        """Stop every collector; never raises."""
+        for collector in self.active:
+            try:
+                error = collector.stop()
+            except Exception as exc:  # a bug in the collector: keep the run's data anyway
+                error = f"stop raised {_describe(exc)}"
+                traceback.print_exc()
+            self.store.collector_stopped(collector.name, "failed" if error else "complete", error)
+            if error:
+                self.say(f"collector {collector.name}: {error}")
+        self.active = []
+
+    def _drop(self, collector: Collector, what: str, exc: BaseException) -> None:
+        reason = f"{what}: {_describe(exc)}"
+        self.say(f"collector {collector.name} stopped: {reason}")
+        with contextlib.suppress(Exception):  # already failing; the first reason is the one
+            collector.stop()
+        self.store.collector_stopped(collector.name, "failed", reason)
+        self.active.remove(collector)
