@@ -1,0 +1,138 @@
+"""Standalone collection: one or more collectors for a fixed time against a running server.
+
+`pgscope sample`, `trace` and `profile` use this: no pgbench, no steps, but the same run
+folder, store and collector protocol as `pgscope run`, so `pgscope report` reads the result.
+SIGINT/SIGTERM stop the collectors and keep what they recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pgscope import __version__
+from pgscope.collect.base import CollectorContext, CollectorEnv
+from pgscope.collect.manager import CollectorSet
+from pgscope.errors import EnvironmentProblem, ExitCode, Interrupted
+from pgscope.host import describe_host
+from pgscope.runner import new_run_id, signals_as_exceptions
+from pgscope.store import RunMeta, RunStore
+from pgscope.target.conn import ConnParams
+from pgscope.target.introspect import server_version
+from pgscope.target.local import LocalServer
+from pgscope.target.pgbin import PgBinaries
+
+
+@dataclass(frozen=True)
+class SessionTarget:
+    """A running server: by DSN (anywhere) and/or by data directory (this host)."""
+
+    conn: ConnParams | None
+    local: LocalServer | None
+
+    @property
+    def kind(self) -> str:
+        return "local" if self.local is not None else "server"
+
+    def conninfo(self) -> str:
+        if self.conn is not None:
+            return self.conn.conninfo()
+        assert self.local is not None
+        return f"data_dir={self.local.data_dir}"
+
+
+@dataclass
+class SessionResult:
+    run_dir: Path
+    status: str  # "complete" or "interrupted"
+    unavailable: dict[str, str]
+    collectors_failed: dict[str, str]
+    interrupted: Interrupted | None = None
+
+
+def collect(
+    *,
+    name: str,
+    selection: dict[str, dict[str, Any]],
+    target: SessionTarget,
+    pg: PgBinaries,
+    duration_s: float,
+    results_dir: Path,
+    command_line: str,
+    say: Callable[[str], None],
+    every_second: Callable[[float], None] | None = None,
+) -> SessionResult:
+    """Run `selection` against `target` for `duration_s` seconds.
+
+    Raises EnvironmentProblem when every selected collector is unavailable (there would be
+    nothing to record). `every_second(elapsed)` drives live views.
+    """
+    run_id = new_run_id(name)
+    run_dir = results_dir / run_id
+    meta = RunMeta(
+        run_id,
+        name,
+        f"pgscope {name}",
+        "",
+        "{}",
+        command_line,
+        __version__,
+        target.kind,
+        target.conninfo(),
+        describe_host(),
+    )
+    env = CollectorEnv(pg, target.kind, target.conn, os.geteuid() == 0)
+    store = RunStore.create(run_dir, meta)
+    status, interrupted = "complete", None
+    try:
+        collectors = CollectorSet(selection, env, store, say)
+        if not collectors.active:
+            reasons = "; ".join(f"{n}: {r}" for n, r in collectors.unavailable.items())
+            store.finish_run("failed", f"nothing could collect: {reasons}")
+            raise EnvironmentProblem(reasons)
+        version_num = 0
+        if target.conn is not None:
+            with target.conn.connect() as session:
+                version, version_num = server_version(session)
+            store.set_server(version, version_num)
+        local = target.local
+        ctx = CollectorContext(
+            env=env,
+            conn=target.conn or ConnParams(),
+            store=store,
+            run_dir=run_dir,
+            postmaster_pid=lambda: local.pid if local is not None else None,
+            data_dir=local.data_dir if local is not None else None,
+            server_version_num=version_num,
+            say=say,
+        )
+        with signals_as_exceptions():
+            try:
+                collectors.start(ctx)
+                start = time.monotonic()
+                while (elapsed := time.monotonic() - start) < duration_s:
+                    time.sleep(min(1.0, duration_s - elapsed))
+                    if every_second is not None:
+                        every_second(time.monotonic() - start)
+            except Interrupted as exc:
+                status, interrupted = "interrupted", exc
+            finally:
+                collectors.stop()
+        failed = {
+            r["name"]: r["error"]
+            for r in store.query("SELECT name, error FROM collectors WHERE status = 'failed'")
+        }
+        store.finish_run(status, str(interrupted) if interrupted else None)
+        return SessionResult(run_dir, status, dict(collectors.unavailable), failed, interrupted)
+    finally:
+        store.close()
+
+
+def exit_code_for(result: SessionResult) -> int:
+    if result.interrupted is not None:
+        return int(result.interrupted.exit_code)
+    return int(ExitCode.RUN_FAILED) if result.collectors_failed else 0
