@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,16 @@ from pgscope.target.pgbin import PgBinaries, find_binaries
 
 DATA = Path(__file__).parent / "data"
 SMALL_SERVER = {"shared_buffers": "128MB", "max_wal_size": "1GB"}
+
+# Every process this test session starts inherits this marker in its environment, and every
+# cluster directory lands in this session's own TMPDIR: the leftover check below then sees
+# exactly what the suite started, even when other suites run on the same host.
+SESSION_MARK = f"pgscope-tests-{uuid.uuid4().hex}"
+os.environ["PGSCOPE_TEST_SESSION"] = SESSION_MARK
+SESSION_TMP = Path(tempfile.mkdtemp(prefix="pgscope-tests-"))
+os.chmod(SESSION_TMP, 0o755)  # the server's unprivileged account must reach its cluster
+os.environ["TMPDIR"] = str(SESSION_TMP)
+tempfile.tempdir = None  # re-read TMPDIR
 
 
 def pgscope(
@@ -50,35 +63,51 @@ def pg() -> PgBinaries:
 
 
 def pgscope_temp_dirs() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("pgscope-*")}
+    """Cluster directories in this session's TMPDIR."""
+    return {p.name for p in SESSION_TMP.glob("pgscope-*")}
 
 
 def server_processes() -> set[int]:
-    """PIDs of postgres, pgbench, bpftrace and perf processes on the host."""
-    out = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True).stdout
+    """PIDs of live processes started by this test session (they carry its marker)."""
+    needle = f"PGSCOPE_TEST_SESSION={SESSION_MARK}".encode()
     pids = set()
-    for line in out.splitlines():
-        pid, _, comm = line.strip().partition(" ")
-        if comm.strip() in {"postgres", "pgbench", "bpftrace", "perf"}:
-            pids.add(int(pid))
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        pid = int(environ.parent.name)
+        if pid == os.getpid():
+            continue
+        try:
+            if needle in environ.read_bytes():
+                stat = (environ.parent / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":  # zombies are already dead
+                    pids.add(pid)
+        except OSError:
+            continue
     return pids
+
+
+def describe(pids: set[int]) -> list[str]:
+    out = []
+    for pid in sorted(pids):
+        try:
+            out.append(f"{pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()!r}")
+        except OSError:
+            out.append(f"{pid}: gone")
+    return out
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_leftovers() -> Iterator[None]:
-    """After the whole suite: no server process and no cluster directory that the suite made."""
-    before_procs, before_dirs = server_processes(), pgscope_temp_dirs()
+    """After the whole suite: no process and no cluster directory that the suite made."""
     yield
-    import time
-
     deadline = time.monotonic() + 15
     while True:
-        left_procs = server_processes() - before_procs
-        left_dirs = pgscope_temp_dirs() - before_dirs
+        left_procs = server_processes()
+        left_dirs = pgscope_temp_dirs()
         if not (left_procs or left_dirs) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert not left_procs, f"processes left behind by the suite: {sorted(left_procs)}"
+    shutil.rmtree(SESSION_TMP, ignore_errors=True)
+    assert not left_procs, f"processes left behind by the suite: {describe(left_procs)}"
     assert not left_dirs, f"cluster directories left behind by the suite: {sorted(left_dirs)}"
 
 
