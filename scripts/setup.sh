@@ -13,6 +13,7 @@ packages=(
   bpftrace                                # USDT and off-CPU tracing
   linux-perf                              # CPU profiles
   python3-venv                            # a private venv for uv
+  chromium                                # tests render the HTML flame graphs headless (playwright drives it)
 )
 
 missing=()
