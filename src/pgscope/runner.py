@@ -321,19 +321,18 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         store.add_event("init", f"init_sql {init_sql}")
 
     cluster = ctx.cluster
-    ctx.collectors.start(
-        CollectorContext(
-            env=env,
-            conn=conn,
-            store=store,
-            run_dir=store.run_dir,
-            postmaster_pid=lambda: cluster.postmaster_pid if cluster is not None else None,
-            data_dir=cluster.data_dir if cluster is not None else None,
-            server_version_num=version_num,
-            say=reporter.phase,
-        )
+    collector_ctx = CollectorContext(
+        env=env,
+        conn=conn,
+        store=store,
+        run_dir=store.run_dir,
+        postmaster_pid=lambda: cluster.postmaster_pid if cluster is not None else None,
+        data_dir=cluster.data_dir if cluster is not None else None,
+        server_version_num=version_num,
+        say=reporter.phase,
     )
     workload = Workload(spec.workload, tuple(ctx.loaded.scripts()), spec.protocol)
+    started = False
     seconds = math.ceil(spec.warmup + spec.duration)
     captured: set[str] = set()
     failures = 0
@@ -344,6 +343,10 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
             if restarted:
                 store.add_event("restart", f"variant {step.variant}", step.step_id)
                 ctx.collectors.target_restarted()
+        if not started:
+            # After the first variant's settings, so its restart (if any) is no gap.
+            ctx.collectors.start(collector_ctx)
+            started = True
         if step.variant not in captured:
             with conn.connect() as session:
                 store.add_settings(step.variant, non_default_settings(session))
@@ -371,6 +374,7 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
             ok = _run_one_step(ctx, step, workload, threads, seconds)
         finally:
             ctx.collectors.step_finished(info)
+            ctx.collectors.reap()
         if not ok:
             failures += 1
             if not ctx.target_alive():

@@ -65,11 +65,13 @@ def collect(
     command_line: str,
     say: Callable[[str], None],
     every_second: Callable[[float], None] | None = None,
+    on_store: Callable[[RunStore], None] | None = None,
 ) -> SessionResult:
     """Run `selection` against `target` for `duration_s` seconds.
 
     Raises EnvironmentProblem when every selected collector is unavailable (there would be
-    nothing to record). `every_second(elapsed)` drives live views.
+    nothing to record). `every_second(elapsed)` drives live views, which may read the store
+    handed to `on_store` (from this thread; collectors write through cursors of their own).
     """
     run_id = new_run_id(name)
     run_dir = results_dir / run_id
@@ -87,6 +89,8 @@ def collect(
     )
     env = CollectorEnv(pg, target.kind, target.conn, os.geteuid() == 0)
     store = RunStore.create(run_dir, meta)
+    if on_store is not None:
+        on_store(store)
     status, interrupted = "complete", None
     try:
         collectors = CollectorSet(selection, env, store, say)
@@ -118,6 +122,8 @@ def collect(
                     time.sleep(min(1.0, duration_s - elapsed))
                     if every_second is not None:
                         every_second(time.monotonic() - start)
+                    if collectors.active and len(collectors.failures()) == len(collectors.active):
+                        break  # nothing is collecting any more: end now, keep what we have
             except Interrupted as exc:
                 status, interrupted = "interrupted", exc
             finally:

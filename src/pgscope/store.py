@@ -20,7 +20,7 @@ import numpy as np
 
 from pgscope.errors import EnvironmentProblem, InputFileError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: collectors, collector_gaps
 STORE_FILE = "run.duckdb"
 
 _SCHEMA = """
@@ -354,6 +354,12 @@ class RunStore:
         cursor = self.db.execute(sql, params or [])
         names = [d[0] for d in cursor.description or []]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def has_table(self, name: str) -> bool:
+        row = self.db.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+        ).fetchone()
+        return bool(row and row[0])
 
     def run_row(self) -> dict[str, Any]:
         rows = self.query("SELECT * FROM run")

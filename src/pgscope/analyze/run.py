@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pgscope.analyze import waits
 from pgscope.analyze.scaling import ScalingAnalysis, analyse
 from pgscope.store import RunStore
 
@@ -17,6 +18,9 @@ class RunResult:
     run: dict[str, Any]
     steps: list[dict[str, Any]]
     scaling: ScalingAnalysis
+    waits: waits.WaitAnalysis | None
+    collectors: list[dict[str, Any]]
+    gaps: list[dict[str, Any]]
 
     @property
     def host(self) -> dict[str, Any]:
@@ -32,10 +36,17 @@ def load_run(run_dir: Path, *, bootstrap: int = 500) -> RunResult:
     try:
         run = store.run_row()
         steps = store.steps()
+        wait_analysis = waits.analyse(store.db)
+        collectors, gaps = [], []
+        if store.has_table("collectors"):  # stores of schema version 1 have neither
+            collectors = store.query("SELECT * FROM collectors ORDER BY name")
+            gaps = store.query("SELECT * FROM collector_gaps ORDER BY start_us")
     finally:
         store.close()
     if run["status"] == "running":
         # The writer is gone (it holds a lock while alive): it was killed without cleanup.
         run["status"] = "interrupted"
         run["status_reason"] = run["status_reason"] or "the run ended without finishing"
-    return RunResult(run_dir, run, steps, analyse(steps, bootstrap=bootstrap))
+    return RunResult(
+        run_dir, run, steps, analyse(steps, bootstrap=bootstrap), wait_analysis, collectors, gaps
+    )

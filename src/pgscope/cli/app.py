@@ -48,7 +48,8 @@ DEFAULT_RESULTS = Path(os.environ.get("PGSCOPE_RESULTS", "results"))
 
 
 def out_console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    # Piped or redirected output gets room for the tables instead of 80 columns.
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
 
 
 def err_console() -> Console:

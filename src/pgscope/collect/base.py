@@ -12,6 +12,7 @@ Life cycle, all from the runner's main thread:
     step_started(step)     before each step's load begins
     step_finished(step)    after it ends
     target_restarted()     the embedded server restarted (new PIDs)
+    failure()              polled: has it stopped collecting on its own, and why?
     stop()                 once, always (normal end, error, Ctrl-C); must not raise
 
 Collectors write rows with their own `ctx.store.writer()` in their own threads, stamping time as
@@ -121,6 +122,11 @@ class Collector(ABC):
 
     def target_restarted(self) -> None:  # noqa: B027 - optional hook
         pass
+
+    def failure(self) -> str | None:
+        """While running: why the collector has stopped collecting (it died, lost its
+        connection for good), else None. Polled about once a second."""
+        return None
 
     @abstractmethod
     def stop(self) -> str | None:

@@ -80,6 +80,24 @@ class CollectorSet:
     def target_restarted(self) -> None:
         self._each(lambda c: c.target_restarted(), "restart handling failed")
 
+    def failures(self) -> dict[str, str]:
+        """Collectors that stopped collecting on their own, with why."""
+        found = {}
+        for collector in self.active:
+            try:
+                reason = collector.failure()
+            except Exception as exc:
+                reason = f"health check raised {_describe(exc)}"
+            if reason:
+                found[collector.name] = reason
+        return found
+
+    def reap(self) -> None:
+        """Stop and record the collectors that stopped collecting on their own."""
+        for name, reason in self.failures().items():
+            collector = next(c for c in self.active if c.name == name)
+            self._drop(collector, "stopped collecting", RuntimeError(reason))
+
     def stop(self) -> None:
         """Stop every collector; never raises."""
         for collector in self.active:

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from pgscope.analyze.run import RunResult
 from pgscope.drive.pgbench import LatencyStats, ProgressRow
+from pgscope.render.waits import print_waits
 from pgscope.runner import PlannedStep
 
 
@@ -73,6 +74,28 @@ class ConsoleReporter:
             self.status = None
 
 
+def print_collectors(console: Console, result: RunResult) -> None:
+    """Which collectors ran, which could not and why, and where they have gaps."""
+    if not result.collectors:
+        return
+    ran = [c["name"] for c in result.collectors if c["available"] and c["status"] != "failed"]
+    console.print(f"\ncollectors: {', '.join(ran) or 'none ran'}", highlight=False)
+    for c in result.collectors:
+        if not c["available"]:
+            console.print(
+                f"[yellow]collector {c['name']} unavailable:[/yellow] {c['reason']}",
+                highlight=False,
+            )
+        elif c["status"] == "failed":
+            console.print(f"[red]collector {c['name']} failed:[/red] {c['error']}", highlight=False)
+    for gap in result.gaps:
+        seconds = (gap["end_us"] - gap["start_us"]) / 1e6
+        console.print(
+            f"[yellow]gap[/yellow] in {gap['name']}: {seconds:.1f} s, {gap['reason']}",
+            highlight=False,
+        )
+
+
 def print_summary(console: Console, result: RunResult) -> None:
     run = result.run
     status = run["status"]
@@ -126,6 +149,9 @@ def print_summary(console: Console, result: RunResult) -> None:
             console.print(
                 f"[yellow]no model:[/yellow] {result.scaling.fit_errors[variant]}", highlight=False
             )
+    if result.waits is not None:
+        print_waits(console, result.waits, result.scaling.variants())
+    print_collectors(console, result)
     failed = [s for s in result.steps if s["status"] != "ok"]
     for step in failed[:5]:
         console.print(

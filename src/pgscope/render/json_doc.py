@@ -61,4 +61,7 @@ def run_document(result: RunResult) -> dict[str, Any]:
         "usl": fits.get(first_variant) if first_variant else None,
         "fits": fits,
         "fit_errors": result.scaling.fit_errors,
+        "waits": result.waits.to_json() if result.waits is not None else None,
+        "collectors": result.collectors,
+        "collector_gaps": result.gaps,
     }

@@ -1,0 +1,418 @@
+"""Where active time goes: wait profiles from the `activity` (and `pgws`) samples.
+
+Definitions, applied the same way everywhere:
+- a sample row counts as **active** when a client backend is in state `active`, or a
+  background process (autovacuum, checkpointer, walsender, ...) is not in an idle wait (class
+  `Activity`, or `Extension` for an extension's worker sleeping on its own latch); the
+  instruments are left out: pgscope's own sessions and pg_wait_sampling's collector;
+- an active row with no wait event is **CPU** (running or runnable: the server cannot tell);
+- a **profile** gives each (wait_event_type, wait_event) its share of active rows; shares sum
+  to 1; CPU appears as ("CPU", "CPU");
+- **AAS** (average active sessions) of a class over a second = its active rows in that second
+  divided by the samples taken in that second.
+Pure functions of the store: nothing here talks to a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+INSTRUMENTS = (
+    "coalesce(application_name, '') NOT LIKE 'pgscope%' "
+    "AND backend_type IS DISTINCT FROM 'pg_wait_sampling collector'"
+)
+ACTIVE = (
+    f"{INSTRUMENTS} AND ("
+    "(backend_type = 'client backend' AND state = 'active') OR "
+    "(backend_type <> 'client backend' "
+    "AND coalesce(wait_event_type, '') NOT IN ('Activity', 'Extension')))"
+)
+CLIENTS = "backend_type = 'client backend' AND coalesce(application_name, '') NOT LIKE 'pgscope%'"
+WAIT_TYPE = "coalesce(wait_event_type, 'CPU')"
+WAIT_EVENT = "coalesce(wait_event, 'CPU')"
+
+
+def has_samples(db: duckdb.DuckDBPyConnection) -> bool:
+    row = db.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'activity_samples'"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+@dataclass(frozen=True)
+class ProfileEntry:
+    wait_event_type: str
+    wait_event: str
+    samples: int
+    share: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "wait_event_type": self.wait_event_type,
+            "wait_event": self.wait_event,
+            "samples": self.samples,
+            "share": self.share,
+        }
+
+    @property
+    def label(self) -> str:
+        return (
+            "CPU"
+            if self.wait_event_type == "CPU"
+            else (f"{self.wait_event_type}:{self.wait_event}")
+        )
+
+
+@dataclass(frozen=True)
+class Profile:
+    entries: list[ProfileEntry]  # best first; shares sum to 1 (or the list is empty)
+    active_rows: int
+    samples: int  # sampling instants in the window
+    seconds: float
+    states: dict[str, float] = field(default_factory=dict)  # client backends' state shares
+
+    @property
+    def achieved_hz(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def aas(self) -> float:
+        return self.active_rows / self.samples if self.samples else 0.0
+
+    def share(self, wait_event_type: str, wait_event: str | None = None) -> float:
+        return sum(
+            e.share
+            for e in self.entries
+            if e.wait_event_type == wait_event_type
+            and (wait_event is None or e.wait_event == wait_event)
+        )
+
+    def class_shares(self) -> dict[str, float]:
+        shares: dict[str, float] = {}
+        for entry in self.entries:
+            shares[entry.wait_event_type] = shares.get(entry.wait_event_type, 0.0) + entry.share
+        return dict(sorted(shares.items(), key=lambda kv: -kv[1]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "profile": [e.to_json() for e in self.entries],
+            "samples": self.samples,
+            "active_rows": self.active_rows,
+            "aas": self.aas,
+            "achieved_hz": self.achieved_hz,
+            "seconds": self.seconds,
+            "states": self.states,
+        }
+
+
+def _window(start_us: int | None, end_us: int | None) -> tuple[str, list[Any]]:
+    clauses, params = [], []
+    if start_us is not None:
+        clauses.append("ts_us >= ?")
+        params.append(start_us)
+    if end_us is not None:
+        clauses.append("ts_us <= ?")
+        params.append(end_us)
+    return (" AND ".join(clauses) or "TRUE"), params
+
+
+def profile(
+    db: duckdb.DuckDBPyConnection, start_us: int | None = None, end_us: int | None = None
+) -> Profile:
+    """The wait profile of active time in [start_us, end_us] (the whole record by default)."""
+    where, params = _window(start_us, end_us)
+    rows = db.execute(
+        f"SELECT {WAIT_TYPE}, {WAIT_EVENT}, count(*) AS n FROM activity_samples "
+        f"WHERE {where} AND {ACTIVE} GROUP BY ALL ORDER BY n DESC, 1, 2",
+        params,
+    ).fetchall()
+    span = db.execute(
+        f"SELECT count(DISTINCT sample_no), min(ts_us), max(ts_us) FROM activity_samples "
+        f"WHERE {where}",
+        params,
+    ).fetchone()
+    states = db.execute(
+        f"SELECT coalesce(state, 'unknown'), count(*) FROM activity_samples "
+        f"WHERE {where} AND {CLIENTS} GROUP BY ALL",
+        params,
+    ).fetchall()
+    total = sum(n for _, _, n in rows)
+    samples = int(span[0]) if span else 0
+    seconds = (span[2] - span[1]) / 1e6 if span and span[1] is not None else 0.0
+    if samples > 1 and seconds > 0:
+        seconds *= samples / (samples - 1)  # n samples span n-1 intervals
+    client_rows = sum(n for _, n in states)
+    return Profile(
+        [ProfileEntry(t, e, n, n / total) for t, e, n in rows],
+        total,
+        samples,
+        seconds,
+        {s: n / client_rows for s, n in sorted(states, key=lambda r: -r[1])},
+    )
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    step_id: int
+    variant: str
+    clients: int
+    repeat: int
+    profile: Profile
+
+
+def profiles_by_step(db: duckdb.DuckDBPyConnection) -> list[StepProfile]:
+    """One profile per finished step, over its measured window (warm-up excluded)."""
+    steps = db.execute(
+        "SELECT step_id, variant, clients, repeat, window_start_us, window_end_us FROM steps "
+        "WHERE window_start_us IS NOT NULL ORDER BY step_id"
+    ).fetchall()
+    return [
+        StepProfile(sid, variant, clients, repeat, profile(db, start, end))
+        for sid, variant, clients, repeat, start, end in steps
+    ]
+
+
+@dataclass(frozen=True)
+class ConcurrencyProfile:
+    """The profile versus concurrency: per (variant, clients), all repeats pooled."""
+
+    variant: str
+    clients: int
+    profile: Profile
+
+
+def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfile]:
+    rows = db.execute(
+        f"SELECT s.variant, s.clients, {WAIT_TYPE}, {WAIT_EVENT}, count(*) AS n "
+        f"FROM activity_samples a JOIN steps s "
+        f"ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us "
+        f"WHERE {ACTIVE} GROUP BY ALL ORDER BY s.variant, s.clients, n DESC"
+    ).fetchall()
+    instants = dict(
+        ((v, c), (n, secs))
+        for v, c, n, secs in db.execute(
+            "SELECT s.variant, s.clients, count(DISTINCT a.sample_no), "
+            "sum(DISTINCT (s.window_end_us - s.window_start_us) / 1e6) FROM activity_samples a "
+            "JOIN steps s ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us GROUP BY ALL"
+        ).fetchall()
+    )
+    grouped: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
+    for variant, clients, wtype, event, n in rows:
+        grouped.setdefault((variant, clients), []).append((wtype, event, n))
+    out = []
+    for (variant, clients), entries in grouped.items():
+        total = sum(n for *_, n in entries)
+        samples, seconds = instants.get((variant, clients), (0, 0.0))
+        out.append(
+            ConcurrencyProfile(
+                variant,
+                clients,
+                Profile(
+                    [ProfileEntry(t, e, n, n / total) for t, e, n in entries],
+                    total,
+                    int(samples),
+                    float(seconds or 0.0),
+                ),
+            )
+        )
+    order = {
+        v: i
+        for i, (v,) in enumerate(
+            db.execute(
+                "SELECT variant FROM steps GROUP BY variant ORDER BY min(step_id)"
+            ).fetchall()
+        )
+    }
+    return sorted(out, key=lambda p: (order.get(p.variant, 0), p.clients))
+
+
+def aas_timeline(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, float]]:
+    """(second_us, wait class, AAS) for every second with samples."""
+    return [
+        (int(s), str(c), float(a))
+        for s, c, a in db.execute(
+            f"WITH per AS (SELECT ts_us // 1000000 * 1000000 AS sec, count(DISTINCT sample_no) "
+            f"AS instants FROM activity_samples GROUP BY sec) "
+            f"SELECT a.ts_us // 1000000 * 1000000 AS sec, {WAIT_TYPE} AS cls, "
+            f"count(*) / any_value(per.instants) FROM activity_samples a "
+            f"JOIN per ON per.sec = a.ts_us // 1000000 * 1000000 "
+            f"WHERE {ACTIVE} GROUP BY ALL ORDER BY 1, 2"
+        ).fetchall()
+    ]
+
+
+@dataclass(frozen=True)
+class QueryProfile:
+    query_id: int | None
+    query: str | None
+    share: float  # of all active rows in the window
+    top_wait: str
+    top_wait_share: float  # within this query's active rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query_id": self.query_id,
+            "query": self.query,
+            "share": self.share,
+            "top_wait": self.top_wait,
+            "top_wait_share": self.top_wait_share,
+        }
+
+
+def top_queries(
+    db: duckdb.DuckDBPyConnection,
+    limit: int = 10,
+    start_us: int | None = None,
+    end_us: int | None = None,
+) -> list[QueryProfile]:
+    where, params = _window(start_us, end_us)
+    rows = db.execute(
+        f"WITH act AS (SELECT query_id, {WAIT_TYPE} || ':' || {WAIT_EVENT} AS w "
+        f"FROM activity_samples WHERE {where} AND {ACTIVE}), "
+        f"per_q AS (SELECT query_id, count(*) AS n FROM act GROUP BY query_id), "
+        f"per_qw AS (SELECT query_id, w, count(*) AS n, row_number() OVER "
+        f"(PARTITION BY query_id ORDER BY count(*) DESC, w) AS r FROM act GROUP BY query_id, w) "
+        f"SELECT per_q.query_id, q.query, per_q.n / sum(per_q.n) OVER (), per_qw.w, "
+        f"per_qw.n / per_q.n FROM per_q JOIN per_qw ON per_qw.query_id IS NOT DISTINCT FROM "
+        f"per_q.query_id AND per_qw.r = 1 "
+        f"LEFT JOIN activity_queries q ON q.query_id = per_q.query_id ORDER BY 3 DESC LIMIT ?",
+        [*params, limit],
+    ).fetchall()
+    return [
+        QueryProfile(qid, text, float(share), str(w).replace("CPU:CPU", "CPU"), float(ws))
+        for qid, text, share, w, ws in rows
+    ]
+
+
+@dataclass(frozen=True)
+class SamplerRate:
+    target_hz: float
+    achieved_hz: float
+    lag_mean_ms: float
+    lag_max_ms: float
+    query_mean_ms: float
+
+
+def sampler_rate(db: duckdb.DuckDBPyConnection) -> SamplerRate | None:
+    row = db.execute(
+        "SELECT max(target_hz), avg(samples) FILTER (WHERE samples > 0), "
+        "sum(lag_mean_ms * samples) / sum(samples), max(lag_max_ms), "
+        "sum(query_mean_ms * samples) / sum(samples) FROM activity_rate "
+        # The first and last seconds are partial.
+        "WHERE second_us > (SELECT min(second_us) FROM activity_rate) "
+        "AND second_us < (SELECT max(second_us) FROM activity_rate)"
+    ).fetchone()
+    if row is None or row[1] is None:
+        return None
+    return SamplerRate(*(float(v) for v in row))
+
+
+# -------------------------------------------------------------------------------------------
+# Comparison with pg_wait_sampling
+
+
+@dataclass(frozen=True)
+class SourceComparison:
+    """Both sources' distributions of client-backend wait events (waits only: Debian's
+    pg_wait_sampling has no CPU bucket), and their total-variation distance."""
+
+    pgscope: dict[str, float]
+    pg_wait_sampling: dict[str, float]
+    pgscope_rows: int
+    pgws_rows: int
+    tvd: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pgscope": self.pgscope,
+            "pg_wait_sampling": self.pg_wait_sampling,
+            "pgscope_rows": self.pgscope_rows,
+            "pg_wait_sampling_rows": self.pgws_rows,
+            "total_variation_distance": self.tvd,
+            "scope": "wait events of client backends (no CPU bucket)",
+        }
+
+
+def tvd(p: dict[str, float], q: dict[str, float]) -> float:
+    return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in p.keys() | q.keys())
+
+
+def compare_with_pgws(
+    db: duckdb.DuckDBPyConnection, start_us: int | None = None, end_us: int | None = None
+) -> SourceComparison | None:
+    """pgscope's and pg_wait_sampling's client-backend wait distributions over one window.
+
+    pg_wait_sampling rows carry only a pid: they are kept when the pid was a client backend
+    (not pgscope's own) in pgscope's samples of the same window.
+    """
+    present = db.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'pgws_history'"
+    ).fetchone()
+    if not present or not present[0]:
+        return None
+    where, params = _window(start_us, end_us)
+    ours = db.execute(
+        f"SELECT wait_event_type || ':' || wait_event, count(*) FROM activity_samples "
+        f"WHERE {where} AND {CLIENTS} AND wait_event_type IS NOT NULL GROUP BY ALL",
+        params,
+    ).fetchall()
+    theirs = db.execute(
+        f"SELECT event_type || ':' || event, count(*) FROM pgws_history WHERE {where} "
+        f"AND pid IN (SELECT pid FROM activity_samples WHERE {where} AND {CLIENTS}) "
+        f"GROUP BY ALL",
+        [*params, *params],
+    ).fetchall()
+    n_ours, n_theirs = sum(n for _, n in ours), sum(n for _, n in theirs)
+    if not n_ours or not n_theirs:
+        return None
+    p = {k: n / n_ours for k, n in sorted(ours, key=lambda r: -r[1])}
+    q = {k: n / n_theirs for k, n in sorted(theirs, key=lambda r: -r[1])}
+    return SourceComparison(p, q, n_ours, n_theirs, tvd(p, q))
+
+
+@dataclass
+class WaitAnalysis:
+    """Everything the renderers show about waits, computed once from the store."""
+
+    overall: Profile
+    by_clients: list[ConcurrencyProfile]
+    queries: list[QueryProfile]
+    rate: SamplerRate | None
+    versus_pgws: SourceComparison | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.overall.to_json(),
+            "by_clients": [
+                {"variant": c.variant, "clients": c.clients, **c.profile.to_json()}
+                for c in self.by_clients
+            ],
+            "top_queries": [q.to_json() for q in self.queries],
+            "sampler": None
+            if self.rate is None
+            else {
+                "target_hz": self.rate.target_hz,
+                "achieved_hz": self.rate.achieved_hz,
+                "lag_mean_ms": self.rate.lag_mean_ms,
+                "lag_max_ms": self.rate.lag_max_ms,
+                "query_mean_ms": self.rate.query_mean_ms,
+            },
+            "pg_wait_sampling": None if self.versus_pgws is None else self.versus_pgws.to_json(),
+        }
+
+
+def analyse(
+    db: duckdb.DuckDBPyConnection, start_us: int | None = None, end_us: int | None = None
+) -> WaitAnalysis | None:
+    if not has_samples(db):
+        return None
+    return WaitAnalysis(
+        profile(db, start_us, end_us),
+        profiles_by_clients(db),
+        top_queries(db, 10, start_us, end_us),
+        sampler_rate(db),
+        compare_with_pgws(db, start_us, end_us),
+    )

@@ -1,0 +1,145 @@
+"""`pgscope sample`: wait-event sampling of any server, read-only, for a fixed time."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+
+from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
+from pgscope.cli.run import safe_command_line
+
+LIVE_WINDOW_S = 10
+
+
+@app.command()
+def sample(
+    dsn: Annotated[
+        str,
+        typer.Option(
+            help="The server to sample (libpq connection string or URI). Needs pg_monitor."
+        ),
+    ],
+    duration: Annotated[float, typer.Option(help="Seconds to sample.", min=0.5)] = 30.0,
+    hz: Annotated[float, typer.Option(help="Samples per second.", min=0.1, max=1000)] = 50.0,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="A top-like view refreshed each second: AAS by class, top waits, top "
+            "queries over the last 10 s.",
+        ),
+    ] = False,
+    no_pgws: Annotated[
+        bool,
+        typer.Option("--no-pgws", help="Do not read pg_wait_sampling even where it is installed."),
+    ] = False,
+    results_dir: Annotated[
+        Path, typer.Option("--results-dir", help="Where the run folder is written.")
+    ] = DEFAULT_RESULTS,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the profile as JSON (schema in docs/json.md).")
+    ] = False,
+) -> None:
+    """Sample what a server's sessions are doing: the wait profile of active time.
+
+    Read-only: it runs SELECTs on pg_stat_activity (and pg_wait_sampling's views where that
+    extension is installed) and nothing else. Everything lands in a run folder that
+    `pgscope report` re-renders.
+
+    \b
+    Examples:
+      pgscope sample --dsn "host=db1 dbname=app user=monitor" --duration 60
+      pgscope sample --dsn postgresql://monitor@db1/app --live --duration 600
+      pgscope sample --dsn "..." --hz 100 --json > profile.json
+    """
+    from pgscope.analyze import waits
+    from pgscope.analyze.run import load_run
+    from pgscope.collect.base import CollectorEnv
+    from pgscope.collect.pgws import PgwsCollector
+    from pgscope.errors import TargetError
+    from pgscope.render.waits import live_view, print_waits
+    from pgscope.session import SessionTarget, collect
+    from pgscope.store import RunStore, now_us
+    from pgscope.target.conn import ConnParams
+    from pgscope.target.pgbin import find_binaries
+
+    conn = ConnParams.from_dsn(dsn)
+    pg = find_binaries(None, need_server=False)
+    selection: dict[str, dict[str, Any]] = {"activity": {"hz": hz, "reconnect_s": 0}}
+    env = CollectorEnv(pg, "server", conn, os.geteuid() == 0)
+    err = err_console()
+    if not no_pgws and PgwsCollector.check(env).ok:
+        selection["pgws"] = {}
+        err.print(
+            "· pg_wait_sampling is installed: reading it too, for comparison", highlight=False
+        )
+    command_line = safe_command_line(["pgscope", *sys.argv[1:]])
+
+    view: Live | None = None
+    stores: list[RunStore] = []
+
+    def refresh(elapsed: float) -> None:
+        if view is not None and stores:
+            analysis = waits.analyse(stores[0].db, start_us=now_us() - LIVE_WINDOW_S * 1_000_000)
+            view.update(live_view(analysis, elapsed, duration, LIVE_WINDOW_S))
+
+    def say(message: str) -> None:
+        err.print(f"· {message}", highlight=False)
+
+    if live:
+        view = Live(live_view(None, 0, duration, LIVE_WINDOW_S), console=err, refresh_per_second=2)
+        view.start()
+    try:
+        result = collect(
+            name="sample",
+            selection=selection,
+            target=SessionTarget(conn, None),
+            pg=pg,
+            duration_s=duration,
+            results_dir=results_dir,
+            command_line=command_line,
+            say=say,
+            every_second=refresh if live else None,
+            on_store=stores.append,
+        )
+    finally:
+        if view is not None:
+            view.stop()
+    run = load_run(result.run_dir)
+    (result.run_dir / "summary.json").write_text(json.dumps(_document(run), indent=2))
+    if as_json:
+        print_json(_document(run))
+    elif run.waits is not None:
+        out = out_console()
+        print_waits(out, run.waits, [])
+        out.print(f"run folder: {result.run_dir}", highlight=False)
+    failed = result.collectors_failed.get("activity")
+    if result.interrupted is not None:
+        result.interrupted.add_note(f"kept {_samples(run)} samples in {result.run_dir}")
+        raise result.interrupted
+    if failed:
+        raise TargetError(f"{failed}; kept {_samples(run)} samples in {result.run_dir}")
+
+
+def _samples(run: Any) -> int:
+    return int(run.waits.overall.samples) if run.waits is not None else 0
+
+
+def _document(run: Any) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "run_dir": str(run.run_dir.resolve()),
+        "status": run.run["status"],
+        "server_version": run.run["server_version"],
+    }
+    if run.waits is not None:
+        document.update(run.waits.to_json())
+    else:
+        document.update(profile=[], samples=0, achieved_hz=0.0)
+    document["collectors"] = run.collectors
+    return document
