@@ -104,9 +104,39 @@ class _Symbols:
         return file_offset
 
 
+DEBUG_ROOT = Path("/usr/lib/debug/.build-id")
+
+
+def _function_symbols(elf: ELFFile, found: dict[int, tuple[int, str]]) -> None:
+    for section_name in (".dynsym", ".symtab"):  # .symtab, when present, wins
+        section = elf.get_section_by_name(section_name)
+        if not isinstance(section, SymbolTableSection):
+            continue
+        for symbol in section.iter_symbols():
+            if symbol["st_info"]["type"] != "STT_FUNC" or not symbol["st_value"]:
+                continue
+            name = symbol.name.split("@", 1)[0]
+            found[int(symbol["st_value"])] = (max(1, int(symbol["st_size"])), name)
+
+
+def _debug_file(elf: ELFFile) -> Path | None:
+    """The detached debug symbols of a stripped file (Debian's -dbg/-dbgsym packages)."""
+    section = elf.get_section_by_name(".note.gnu.build-id")
+    if section is None:
+        return None
+    for note in section.iter_notes():  # type: ignore[attr-defined]
+        if note["n_type"] == "NT_GNU_BUILD_ID":
+            build_id = str(note["n_desc"])
+            path = DEBUG_ROOT / build_id[:2] / f"{build_id[2:]}.debug"
+            return path if path.is_file() else None
+    return None
+
+
 @cache
 def elf_symbols(path: str, mtime_ns: int) -> _Symbols | None:
-    """Function symbols of an ELF file (cached per file version)."""
+    """Function symbols of an ELF file, with its detached debug symbols where installed
+    (libc6-dbg names libc's internal functions); cached per file version."""
+    found: dict[int, tuple[int, str]] = {}
     try:
         with open(path, "rb") as handle:
             elf = ELFFile(handle)
@@ -115,16 +145,11 @@ def elf_symbols(path: str, mtime_ns: int) -> _Symbols | None:
                 for s in elf.iter_segments()
                 if s["p_type"] == "PT_LOAD"
             ]
-            found: dict[int, tuple[int, str]] = {}
-            for section_name in (".dynsym", ".symtab"):  # .symtab, when present, wins
-                section = elf.get_section_by_name(section_name)
-                if not isinstance(section, SymbolTableSection):
-                    continue
-                for symbol in section.iter_symbols():
-                    if symbol["st_info"]["type"] != "STT_FUNC" or not symbol["st_value"]:
-                        continue
-                    name = symbol.name.split("@", 1)[0]
-                    found[int(symbol["st_value"])] = (max(1, int(symbol["st_size"])), name)
+            _function_symbols(elf, found)
+            debug = _debug_file(elf)
+        if debug is not None:
+            with debug.open("rb") as handle:
+                _function_symbols(ELFFile(handle), found)
     except (OSError, ELFError):
         return None
     ordered = sorted(found.items())
