@@ -130,7 +130,7 @@ def cluster_pids(postmaster: int) -> list[int]:
 class ProcessRoles:
     """Who is who in the cluster while a recording runs: PID -> role, polled from the process
     titles (every 0.5 s, ~1 ms each), because backends are gone by the time stacks are folded.
-    A PID never seen alive falls back to its stack (PostgresMain means a backend)."""
+    A PID never seen alive falls back to its stack (see role_of)."""
 
     def __init__(self, postmaster: int, interval_s: float = 0.5) -> None:
         self.postmaster = postmaster
@@ -166,7 +166,17 @@ class ProcessRoles:
         known = self.roles.get(pid)
         if known is not None:
             return known
-        return "backend" if "PostgresMain" in frames else "unknown"
+        # Too short-lived for the poll: a connection that started or ended between two
+        # polls, or an autovacuum / background worker. Every process here is a postmaster
+        # child (perf and offcpu.bt follow nothing else), so the stack decides.
+        names = set(frames)
+        if "StartAutoVacWorker" in names:
+            return "autovacuum"
+        if "StartBackgroundWorker" in names:
+            return "bgworker"
+        if "PostgresMain" in names or "PostmasterMain" in names:
+            return "backend"
+        return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------
