@@ -355,6 +355,23 @@ def _listed(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def is_named(frame: str) -> bool:
+    """A frame with a symbol (not `postgres+0x1234` nor `[unknown]`)."""
+    return not frame.startswith("[") and "+0x" not in frame
+
+
+def wait_sites(profile: Profile, limit: int = 15) -> list[tuple[str, int, float]]:
+    """Off CPU: where processes blocked, as "caller > callee" of the two innermost named user
+    frames (e.g. "XLogFlush > fdatasync", "secure_read > epoll_wait"), with value and share.
+    Kernel frames say how (futex, epoll, fsync); these say why."""
+    sites: Counter[str] = Counter()
+    for (_, _, frames), value in profile.stacks.items():
+        named = [f for f in frames if not is_kernel(f) and is_named(f)]
+        sites[" > ".join(named[-2:]) if named else "[no user stack]"] += value
+    total = profile.total or 1
+    return [(site, value, value / total) for site, value in sites.most_common(limit)]
+
+
 # ---------------------------------------------------------------------------------------------
 # One document per profile (for --json and the report)
 
@@ -376,4 +393,10 @@ def summarize(profile: Profile, limit: int = 15) -> dict[str, Any]:
         "kernel_lock_functions": dict(locks.functions),
         "top_self": [f.__dict__ for f in top_functions(profile, limit, "self")],
         "top_total": [f.__dict__ for f in top_functions(profile, limit, "total")],
+        "wait_sites": [
+            {"site": site, "value": value, "share": share}
+            for site, value, share in wait_sites(profile, limit)
+        ]
+        if profile.kind == "offcpu"
+        else [],
     }

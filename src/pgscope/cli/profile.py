@@ -167,12 +167,16 @@ def _print(document: dict[str, Any], unavailable: dict[str, str]) -> None:
                 f"{r} {v / (summary['total'] or 1):.0%}" for r, v in summary["by_role"].items()
             )
         )
-        for f in summary["top_self"][:10]:
-            out.print(
-                f"  {f['self_share']:7.2%} self {f['total_share']:7.2%} total  {f['name']}",
-                highlight=False,
-                markup=False,
-            )
+        if summary["wait_sites"]:
+            for site in summary["wait_sites"][:10]:
+                out.print(f"  {site['share']:7.2%}  {site['site']}", highlight=False, markup=False)
+        else:
+            for f in summary["top_self"][:10]:
+                out.print(
+                    f"  {f['self_share']:7.2%} self {f['total_share']:7.2%} total  {f['name']}",
+                    highlight=False,
+                    markup=False,
+                )
         for label, path in summary["files"].items():
             out.print(f"  {label}: {path}", highlight=False)
     out.print(f"run folder: {document['run_dir']}", highlight=False)

@@ -317,6 +317,12 @@ class OffCpuTrace:
                 select.select([], [], [], 0.05)
         raise CollectorError(f"bpftrace did not attach within {READY_TIMEOUT_S:.0f} s")
 
+    def failure(self) -> str | None:
+        """Why bpftrace stopped on its own while tracing, else None."""
+        if self._proc is None or self._proc.poll() is None:
+            return None
+        return f"bpftrace exited {self._proc.returncode}: {self.error_text()}"
+
     def error_text(self) -> str:
         self._err.flush()
         lines = Path(self._err.name).read_text(errors="replace").splitlines()
@@ -439,6 +445,12 @@ class OffCpuCollector(Collector):
             self.in_steps = True
             self._end(keep=False)
         self._begin(step.step_id)
+
+    def failure(self) -> str | None:
+        segment = self.segment
+        if segment is None:
+            return None
+        return segment.trace.failure()
 
     def step_finished(self, step: StepInfo) -> None:
         self._end(keep=True)

@@ -359,6 +359,12 @@ class PerfRecording:
             os.close(ctl_fd)
             os.close(ack_fd)
 
+    def failure(self) -> str | None:
+        """Why perf stopped on its own while recording, else None."""
+        if self._proc is None or self._proc.poll() is None:
+            return None
+        return f"perf record exited {self._proc.returncode}: {self.error_text()}"
+
     def error_text(self) -> str:
         if self._stderr is None:
             return "no output"
@@ -453,7 +459,7 @@ class _Segment:
     step_id: int | None
     started_us: int
     roles: ProcessRoles
-    recording: Any
+    recording: PerfRecording
 
 
 class PerfCollector(Collector):
@@ -496,7 +502,7 @@ class PerfCollector(Collector):
         segment, self.segment = self.segment, None
         if segment is None:
             return
-        recording: PerfRecording = segment.recording
+        recording = segment.recording
         code = recording.finish()
         ended_us = now_us()
         segment.roles.stop()
@@ -538,6 +544,12 @@ class PerfCollector(Collector):
 
     def target_restarted(self) -> None:
         pass  # recordings start per step, from the current postmaster
+
+    def failure(self) -> str | None:
+        segment = self.segment
+        if segment is None:
+            return None
+        return segment.recording.failure()
 
     def stop(self) -> str | None:
         try:
