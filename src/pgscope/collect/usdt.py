@@ -406,6 +406,8 @@ class UsdtCollector(Collector):
 
     def target_restarted(self) -> None:
         """New postmaster, new PIDs: re-attach (the maps start again from zero)."""
+        if not self.tracers:  # not started yet (a restart for the first variant)
+            return
         gap_start = now_us()
         errors = [e for t in self.tracers if (e := t.stop())]
         if errors:
