@@ -2,7 +2,8 @@
 render a whole-cluster profile.
 
     overhead: select-only pgbench (-M prepared, 2x cores clients) with the perf collector at
-              its default 99 Hz, and with the offcpu collector, each against no profiler, in
+              its default 99 Hz (attach=system, the default, and attach=process, perf -p with
+              inherited events), and with the offcpu collector, each against no profiler, in
               interleaved A/B pairs (random order within a pair). Each "on" trial is a step
               exactly as in a run: step_started (recorder attached) -> pgbench -> step_finished
               (recorder stopped, stacks folded into the store, after pgbench has ended).
@@ -124,13 +125,28 @@ def collector(
             say(f"  collector {name}: {error}")
 
 
+# (label, collector, options): perf in both attach modes, then off-CPU tracing.
+ARMS: list[tuple[str, str, dict[str, Any]]] = [
+    ("perf attach=system", "perf", {"attach": "system"}),
+    ("perf attach=process", "perf", {"attach": "process"}),
+    ("offcpu", "offcpu", {}),
+]
+
+
 def overhead(
-    pg: PgBinaries, target: EmbeddedCluster, name: str, pairs: int, seconds: float, work: Path
+    pg: PgBinaries,
+    target: EmbeddedCluster,
+    arm: tuple[str, str, dict[str, Any]],
+    pairs: int,
+    seconds: float,
+    work: Path,
 ) -> dict[str, Any]:
+    label, name, options = arm
     clients = 2 * usable_cores()
     rng = random.Random(5)
     rows = []
-    with collector(name, {}, pg, target, work / f"overhead-{name}") as (built, _):
+    folder = work / f"overhead-{label.replace(' ', '-').replace('=', '-')}"
+    with collector(name, options, pg, target, folder) as (built, _):
         for i in range(1, pairs + 1):
             arms = ["off", "on"]
             rng.shuffle(arms)
@@ -150,7 +166,7 @@ def overhead(
             ratio = tps["on"] / tps["off"]
             rows.append({"pair": i, "first": arms[0], **tps, "ratio": ratio, "fold_s": fold_s})
             say(
-                f"  {name} pair {i}: off {tps['off']:,.0f} on {tps['on']:,.0f} tps, ratio "
+                f"  {label} pair {i}: off {tps['off']:,.0f} on {tps['on']:,.0f} tps, ratio "
                 f"{ratio:.4f} ({arms[0]} first), stop+fold {fold_s:.1f} s"
             )
     ratios = sorted(r["ratio"] for r in rows)
@@ -159,7 +175,9 @@ def overhead(
     )
     median = statistics.median(ratios)
     return {
+        "profiler": label,
         "collector": name,
+        "options": options,
         "clients": clients,
         "seconds": seconds,
         "pairs": rows,
@@ -224,8 +242,7 @@ def main() -> int:
         with cluster(args.scale, 2 * usable_cores(), work) as (pg, target):
             say(f"overhead: {args.pairs} interleaved pairs of {args.seconds:g} s per profiler")
             results["overhead"] = [
-                overhead(pg, target, name, args.pairs, args.seconds, work)
-                for name in ("perf", "offcpu")
+                overhead(pg, target, arm, args.pairs, args.seconds, work) for arm in ARMS
             ]
             say(f"render: a {args.profile_seconds:g} s whole-cluster profile")
             results["render"] = render(pg, target, args.profile_seconds, work)
@@ -233,7 +250,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     for o in results["overhead"]:
         print(
-            f"| {o['collector']} | {len(o['pairs'])} | {o['median_ratio']:.4f} | "
+            f"| {o['profiler']} | {len(o['pairs'])} | {o['median_ratio']:.4f} | "
             f"{o['q1']:.4f}-{o['q3']:.4f} | {o['min']:.4f}-{o['max']:.4f} | "
             f"{o['cost_pct']:.1f}% | {o['median_fold_s']:.1f} s |"
         )

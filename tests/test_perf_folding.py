@@ -21,7 +21,7 @@ from pgscope.analyze.profile import (
     wait_sites,
 )
 from pgscope.collect.offcpu import AddressSymbolizer, fold_offcpu_key, state_name
-from pgscope.collect.perf import fold_perf_script, process_role
+from pgscope.collect.perf import ProcessTree, fold_perf_script, process_role
 from pgscope.render.flame import folded_text
 
 PERF_SCRIPT = """\
@@ -57,6 +57,31 @@ def test_perf_script_folds_every_sample_and_marks_what_has_no_name() -> None:
         (4711, "[unknown]"): 1,
     }
     assert folded.user_frames == 6 and folded.unknown_user_frames == 2
+
+
+SYSTEM_WIDE = """\
+postgres 100/100 PERF_RECORD_FORK(200:200):(100:100)
+pgbench 300/300
+\t          1234 threadRun (/usr/lib/postgresql/15/bin/pgbench)
+postgres 200/200
+\t          472bf6 PostgresMain (/usr/lib/postgresql/15/bin/postgres)
+postgres 200/200 PERF_RECORD_EXIT(200:200):(200:200)
+sh 400/400 PERF_RECORD_FORK(200:200):(400:400)
+sh 200/200
+\t          1234 main (/usr/bin/dash)
+postgres 100/100
+\t          3f0c65 PostmasterMain (/usr/lib/postgresql/15/bin/postgres)
+"""
+
+
+def test_system_wide_folding_keeps_the_process_tree_only() -> None:
+    """A backend forked during the recording is kept; pgbench is not; after the backend
+    exits, a stranger reusing its PID is not."""
+    tree = ProcessTree({100}, postmaster=100)
+    folded = fold_perf_script(SYSTEM_WIDE.splitlines(keepends=True), tree)
+    assert folded.counts == {(200, "PostgresMain"): 1, (100, "PostmasterMain"): 1}
+    assert folded.other == 2
+    assert tree.seen == {100, 200} and tree.members == {100}
 
 
 @pytest.mark.parametrize(

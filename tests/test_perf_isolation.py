@@ -1,8 +1,8 @@
 """Profiles hold the target cluster's processes only, including backends forked after the
 recording started, and never another cluster's, even one under the same load on the same host.
 
-Both collectors keep their raw output here (perf.data, bpftrace's map), so the PIDs in it can
-be checked against the two clusters' process trees, polled while the load runs.
+The PIDs the collectors stored (`profile_processes`) are checked against the two clusters'
+process trees, polled while the load runs and completed by perf's own fork records.
 """
 
 from __future__ import annotations
@@ -75,8 +75,13 @@ def start_load(pg: PgBinaries, cluster: EmbeddedCluster, seconds: int) -> subpro
     )
 
 
+@pytest.mark.parametrize("attach", ["system", "process"])
 def test_profiles_hold_only_the_target_clusters_processes(
-    pg: PgBinaries, cluster: EmbeddedCluster, other_cluster: EmbeddedCluster, tmp_path: Path
+    attach: str,
+    pg: PgBinaries,
+    cluster: EmbeddedCluster,
+    other_cluster: EmbeddedCluster,
+    tmp_path: Path,
 ) -> None:
     assert cluster.postmaster_pid is not None and other_cluster.postmaster_pid is not None
     target = TreeWatcher(cluster.postmaster_pid)
@@ -102,7 +107,10 @@ def test_profiles_hold_only_the_target_clusters_processes(
         timer.start()
         result = collect(
             name="profile",
-            selection={"perf": {"keep_data": True}, "offcpu": {"keep_output": True}},
+            selection={
+                "perf": {"keep_data": True, "attach": attach},
+                "offcpu": {"keep_output": True},
+            },
             target=SessionTarget(None, local),
             pg=pg,
             duration_s=10,
@@ -121,27 +129,37 @@ def test_profiles_hold_only_the_target_clusters_processes(
 
     artifacts = result.run_dir / "collectors"
     perf_data = artifacts / "perf-session.data"
+    # attach=system samples every CPU and keeps the cluster's process tree (the raw recording
+    # holds the whole host); attach=process samples only the cluster. Both have perf's fork
+    # records.
     script = subprocess.run(
         ["perf", "script", "-i", str(perf_data), "-F", "pid", "--show-task-events"],
         capture_output=True,
         text=True,
         check=True,
     )
-    perf_pids: set[int] = set()
     for line in script.stdout.splitlines():
         fork = FORK.search(line)
-        if fork is not None:
-            # A backend too short-lived for the 10 Hz watcher (pgbench's first connection):
-            # perf's own fork record says who forked it.
-            if int(fork["parent"]) in target_pids:
-                target_pids.add(int(fork["child"]))
-        elif line.strip().isdigit():  # a sample; other task events (COMM, EXIT) are skipped
-            perf_pids.add(int(line))
-    offcpu_pids: set[int] = set()
+        # A backend too short-lived for the 10 Hz watcher (pgbench's first connection):
+        # perf's own fork record says who forked it.
+        if fork is not None and int(fork["parent"]) in target_pids:
+            target_pids.add(int(fork["child"]))
+    store = RunStore.open(result.run_dir)
+    try:
+        profiled = store.query("SELECT kind, pid, role, value FROM profile_processes")
+        by_role = store.query(
+            "SELECT kind, role, sum(value) AS value FROM profile_stacks GROUP BY ALL"
+        )
+    finally:
+        store.close()
+    perf_pids = {r["pid"] for r in profiled if r["kind"] == "cpu"}
+    offcpu_pids = {r["pid"] for r in profiled if r["kind"] == "offcpu"}
+    raw_offcpu_pids: set[int] = set()
     for line in (artifacts / "offcpu-session.json").read_text().splitlines():
         if line.strip() and json.loads(line)["type"] == "map":
             keys = json.loads(line)["data"]["@offcpu_us"]
-            offcpu_pids.update(int(key.split(",", 1)[0]) for key in keys)
+            raw_offcpu_pids.update(int(key.split(",", 1)[0]) for key in keys)
+    assert offcpu_pids == raw_offcpu_pids  # offcpu.bt filters in the kernel already
 
     new_backends = target_pids - set(child_pids(cluster.postmaster_pid)) - {cluster.postmaster_pid}
     assert new_backends, "the delayed load should have forked backends"
@@ -151,13 +169,6 @@ def test_profiles_hold_only_the_target_clusters_processes(
         assert not pids & other_pids, f"{name}: the other cluster's PIDs: {pids & other_pids}"
         assert pids & new_backends, f"{name}: backends forked during the recording are missing"
 
-    store = RunStore.open(result.run_dir)
-    try:
-        by_role = store.query(
-            "SELECT kind, role, sum(value) AS value FROM profile_stacks GROUP BY ALL"
-        )
-    finally:
-        store.close()
     for kind in ("cpu", "offcpu"):
         values = {r["role"]: r["value"] for r in by_role if r["kind"] == kind}
         assert "backend" in values, values

@@ -416,8 +416,11 @@ class OffCpuCollector(Collector):
                 with output.open(errors="replace") as text:
                     folded = fold_offcpu(text, segment.symbolizer)
                 rows: Counter[tuple[str, str | None, str]] = Counter()
+                processes: Counter[tuple[int, str]] = Counter()
                 for (pid, state, stack), micros in folded.counts.items():
-                    rows[(segment.roles.role_of(pid, stack.split(";")), state, stack)] += micros
+                    role = segment.roles.role_of(pid, stack.split(";"))
+                    rows[(role, state, stack)] += micros
+                    processes[(pid, role)] += micros
                 notes = []
                 if code not in (0, None):
                     notes.append(f"bpftrace exited {code}: {segment.trace.error_text()}")
@@ -431,7 +434,7 @@ class OffCpuCollector(Collector):
                     started_us=segment.started_us,
                     ended_us=ended_us,
                     hz=None,
-                    processes=len({pid for pid, _, _ in folded.counts}),
+                    processes=processes,
                     unknown_share=folded.unknown_share,
                     note="; ".join(notes) or None,
                 )

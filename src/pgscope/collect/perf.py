@@ -2,10 +2,12 @@
 
 perf samples `cpu-clock` (a software event: this class of VM has no hardware counters) at 99 Hz
 by default, with kernel and user call chains walked by frame pointers (Debian's server keeps
-them). It attaches to the postmaster and its current children with `-p`; perf's events are
-inherited, so every backend the postmaster forks later (pgbench connects after the step
-started) is profiled too, and nothing else on the host is: another cluster's processes are
-never in the profile, by construction rather than by filtering.
+them). By default it samples every CPU (`-a`, no cost per context switch) and folding keeps the
+cluster's process tree only: the postmaster and its children, plus every process they fork
+while recording (pgbench connects after the step started), from perf's own fork records.
+Another cluster's processes are never in the profile. `attach = "process"` uses `perf -p`
+with inherited events instead: the kernel isolates, but each context switch of a profiled
+process pays for switching its event (docs/collector-perf.md).
 
 Each step gets its own recording, started at `step_started` (the collector waits until perf
 acknowledges a `ping` on its control FIFO, i.e. its events are open) and folded right after
@@ -17,8 +19,9 @@ a frame perf cannot name is kept as `postgres+0x34b06c` (file-relative address),
 Kernel frames carry the ecosystem's `_[k]` suffix. Each stack is attributed to a process role
 (backend, walwriter, logger, ...) read from the process titles while the step runs.
 
-Tables (docs/collector-perf.md): `profiles` (one row per recording) and `profile_stacks`
-(folded stacks, `value` = samples). The off-CPU collector (`offcpu.py`) shares them.
+Tables (docs/collector-perf.md): `profiles` (one row per recording), `profile_processes`
+(which PIDs) and `profile_stacks` (folded stacks, `value` = samples); the off-CPU collector
+(`offcpu.py`) shares them.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,6 +66,13 @@ CREATE TABLE IF NOT EXISTS profiles (
     processes INTEGER,        -- distinct processes seen
     unknown_frames DOUBLE,    -- share of user frames without a symbol
     note VARCHAR
+);
+CREATE TABLE IF NOT EXISTS profile_processes (
+    step_id INTEGER,
+    kind VARCHAR NOT NULL,
+    pid INTEGER NOT NULL,     -- a process of the cluster that was profiled
+    role VARCHAR NOT NULL,
+    value BIGINT NOT NULL     -- its samples (cpu) or microseconds (offcpu)
 );
 CREATE TABLE IF NOT EXISTS profile_stacks (
     step_id INTEGER,
@@ -183,6 +193,36 @@ class ProcessRoles:
 # Folding `perf script` output
 
 _SAMPLE_HEAD = re.compile(r"^(?P<comm>.*?)\s+(?P<pid>\d+)/(?P<tid>\d+)\s*$")
+_TASK_EVENT = re.compile(
+    r"PERF_RECORD_(?P<what>FORK|EXIT)\((?P<pid>\d+):\d+\):\((?P<ppid>\d+):\d+\)"
+)
+
+
+@dataclass
+class ProcessTree:
+    """The cluster's processes as a recording goes on: the postmaster and its children at
+    the start, then every process a member forks; a member that exits leaves (its PID may be
+    reused by anyone)."""
+
+    members: set[int]
+    postmaster: int
+    seen: set[int] = field(default_factory=set)
+
+    def fork(self, child: int, parent: int) -> None:
+        if parent in self.members:
+            self.members.add(child)
+
+    def exit(self, pid: int) -> None:
+        if pid != self.postmaster:
+            self.members.discard(pid)
+
+    def keeps(self, pid: int) -> bool:
+        if pid in self.members:
+            self.seen.add(pid)
+            return True
+        return False
+
+
 _FRAME = re.compile(r"^\s+(?P<ip>[0-9a-f]+)\s+(?P<sym>.*?)\s+\((?P<dso>.*)\)\s*$")
 
 
@@ -191,6 +231,7 @@ class Folded:
     """Folded stacks of one recording: (pid, root-first frames) -> value."""
 
     counts: Counter[tuple[int, str]] = field(default_factory=Counter)
+    other: int = 0  # samples of processes outside the cluster (system-wide recordings)
     user_frames: int = 0
     unknown_user_frames: int = 0
 
@@ -216,32 +257,46 @@ def frame_name(ip: str, sym: str, dso: str) -> tuple[str, bool, bool]:
     return "[unknown]", False, True
 
 
-def fold_perf_script(lines: Iterable[str]) -> Folded:
-    """Fold `perf script -F comm,pid,tid,ip,sym,dso` output: one entry per distinct stack.
-
-    A sample without a call chain counts as `[no stack]`: samples are never dropped.
+def fold_perf_script(lines: Iterable[str], tree: ProcessTree | None = None) -> Folded:
+    """Fold `perf script -F comm,pid,tid,ip,sym,dso --show-task-events` output: one entry
+    per distinct (pid, stack). With a `tree`, only its members' samples are kept (fork and
+    exit records, in time order with the samples, keep it current); `Folded.other` counts the
+    rest. A sample without a call chain counts as `[no stack]`: the cluster's samples are
+    never dropped.
     """
     folded = Folded()
     pid: int | None = None
+    keep = False
     frames: list[str] = []
 
     def flush() -> None:
-        if pid is not None:
+        if pid is not None and keep:
             stack = ";".join(reversed(frames)) if frames else "[no stack]"
             folded.counts[(pid, stack)] += 1
+        elif pid is not None:
+            folded.other += 1
 
     for line in lines:
         if not line.strip():
             continue
-        if not line[0].isspace():
+        task = _TASK_EVENT.search(line) if "PERF_RECORD_" in line else None
+        if task is not None:
+            if tree is not None:
+                if task["what"] == "FORK":
+                    tree.fork(int(task["pid"]), int(task["ppid"]))
+                else:
+                    tree.exit(int(task["pid"]))
+            continue
+        if not line[0].isspace() or _FRAME.match(line) is None:
             head = _SAMPLE_HEAD.match(line.rstrip("\n"))
             if head is None:
                 continue
             flush()
             pid, frames = int(head["pid"]), []
+            keep = tree is None or tree.keeps(pid)
             continue
         match = _FRAME.match(line)
-        if match is None or pid is None:
+        if match is None or pid is None or not keep:
             continue
         name, kernel, unknown = frame_name(match["ip"], match["sym"], match["dso"])
         frames.append(name)
@@ -261,11 +316,12 @@ def store_folded(
     started_us: int,
     ended_us: int,
     hz: int | None,
-    processes: int,
+    processes: Counter[tuple[int, str]],
     unknown_share: float,
     note: str | None,
 ) -> int:
-    """Write one recording: its `profiles` row and its (role, state, stack) -> value rows."""
+    """Write one recording: its `profiles` row, its (role, state, stack) -> value rows and
+    its (pid, role) -> value rows."""
     items = sorted(rows.items(), key=lambda kv: -kv[1])
     store.append(
         "profile_stacks",
@@ -278,6 +334,16 @@ def store_folded(
             "value": [v for _, v in items],
         },
     )
+    store.append(
+        "profile_processes",
+        {
+            "step_id": [step_id] * len(processes),
+            "kind": [kind] * len(processes),
+            "pid": [pid for pid, _ in processes],
+            "role": [role for _, role in processes],
+            "value": list(processes.values()),
+        },
+    )
     total = sum(rows.values())
     store.db.execute(
         "INSERT INTO profiles VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -285,11 +351,11 @@ def store_folded(
             step_id,
             kind,
             started_us,
-            now_us(),
+            ended_us,
             hz,
             total,
             len(items),
-            processes,
+            len({pid for pid, _ in processes}),
             unknown_share,
             note,
         ],
@@ -310,7 +376,7 @@ class PerfRecording:
     """`perf record` of some processes and their future children, into one perf.data file."""
 
     perf: str
-    pids: list[int]
+    target: list[str]  # ["-a"] or ["-p", "PID,PID,..."]
     hz: int
     output: Path
     _proc: subprocess.Popen[bytes] | None = None
@@ -332,8 +398,7 @@ class PerfRecording:
             "-F",
             str(self.hz),
             "-g",  # frame-pointer call chains, kernel and user
-            "-p",
-            ",".join(str(p) for p in self.pids),
+            *self.target,
             "-o",
             str(self.output),
             f"--control=fifo:{ctl},{ack}",
@@ -396,6 +461,7 @@ class PerfRecording:
             str(self.output),
             "-F",
             "comm,pid,tid,ip,sym,dso",
+            "--show-task-events",  # fork and exit records: who belongs to the cluster
         ]
         with subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace"
@@ -408,18 +474,31 @@ class PerfRecording:
                 )
 
 
-def start_recording(perf: str, postmaster: int, hz: int, output: Path) -> PerfRecording:
-    """Start perf on the cluster as it is now. A child may exit between listing and attaching
-    (the previous step's backends); one retry with a fresh list covers that."""
+def start_recording(
+    perf: str, postmaster: int, hz: int, output: Path, attach: str
+) -> tuple[PerfRecording, ProcessTree]:
+    """Start perf on the cluster; returns the recording and the process tree that decides
+    which samples are the cluster's.
+
+    attach="system": sample every CPU (`-a`) and keep the cluster's process tree: the
+    postmaster and its children listed once perf records, plus whatever they fork (perf's
+    fork records). Per-CPU sampling costs nothing per context switch.
+    attach="process": `-p` the postmaster and its children with inherited events: only they
+    are sampled, but every context switch of a profiled process reprograms its event. A child
+    may exit between listing and attaching; one retry with a fresh list covers that.
+    """
     last: CollectorError | None = None
     for _ in range(2):
-        recording = PerfRecording(perf, cluster_pids(postmaster), hz, output)
+        pids = cluster_pids(postmaster)
+        target = ["-a"] if attach == "system" else ["-p", ",".join(map(str, pids))]
+        recording = PerfRecording(perf, target, hz, output)
         try:
             recording.start()
-            return recording
         except CollectorError as exc:
             recording.finish()
             last = exc
+            continue
+        return recording, ProcessTree({postmaster, *cluster_pids(postmaster)}, postmaster)
     assert last is not None
     raise last
 
@@ -432,6 +511,11 @@ class PerfOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     hz: int = Field(99, ge=1, le=5000, description="samples per second per CPU")
+    attach: Literal["system", "process"] = Field(
+        "system",
+        description="system: sample all CPUs, keep the cluster's process tree (no cost per "
+        "context switch); process: perf -p with inherited per-process events",
+    )
     keep_data: bool = Field(False, description="keep each recording's perf.data file")
 
 
@@ -460,6 +544,7 @@ class _Segment:
     started_us: int
     roles: ProcessRoles
     recording: PerfRecording
+    tree: ProcessTree
 
 
 class PerfCollector(Collector):
@@ -493,9 +578,11 @@ class PerfCollector(Collector):
         tag = "session" if step_id is None else f"step-{step_id:04d}"
         output = self.ctx.artifacts / f"perf-{tag}.data"
         roles = ProcessRoles(postmaster)
-        recording = start_recording(self.perf, postmaster, self.options.hz, output)
+        recording, tree = start_recording(
+            self.perf, postmaster, self.options.hz, output, self.options.attach
+        )
         roles.start()
-        self.segment = _Segment(step_id, now_us(), roles, recording)
+        self.segment = _Segment(step_id, now_us(), roles, recording, tree)
 
     def _end(self, keep: bool) -> None:
         assert isinstance(self.options, PerfOptions)
@@ -510,12 +597,13 @@ class PerfCollector(Collector):
             if keep:
                 if not recording.output.is_file():
                     raise CollectorError(f"perf record wrote no data (exit {code})")
-                folded = fold_perf_script(recording.script())
+                folded = fold_perf_script(recording.script(), segment.tree)
                 rows: Counter[tuple[str, str | None, str]] = Counter()
-                pids = set()
+                processes: Counter[tuple[int, str]] = Counter()
                 for (pid, stack), count in folded.counts.items():
-                    pids.add(pid)
-                    rows[(segment.roles.role_of(pid, stack.split(";")), None, stack)] += count
+                    role = segment.roles.role_of(pid, stack.split(";"))
+                    rows[(role, None, stack)] += count
+                    processes[(pid, role)] += count
                 store_folded(
                     self.ctx.store,
                     segment.step_id,
@@ -524,7 +612,7 @@ class PerfCollector(Collector):
                     started_us=segment.started_us,
                     ended_us=ended_us,
                     hz=self.options.hz,
-                    processes=len(pids),
+                    processes=processes,
                     unknown_share=folded.unknown_share,
                     note=None if code in _CLEAN_EXITS else f"perf record exited {code}",
                 )
