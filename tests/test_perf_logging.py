@@ -59,6 +59,8 @@ LOGGING_PATH = {
     "write",
     "__libc_write",
     "pipe_write_[k]",
+    "anon_pipe_write_[k]",  # pipe_write since Linux 6.14
+    "__GI___libc_write",  # libc6-dbg names the wrapper so
     "vfs_write_[k]",
     "ksys_write_[k]",
     "__x64_sys_write_[k]",

@@ -273,6 +273,8 @@ def fold_offcpu(output: IO[str], symbolizer: AddressSymbolizer) -> OffCpuFolded:
                 if address not in names:
                     names[address] = symbolizer.frame(address)
                 name, known = names[address]
+                if name == "[unknown]" and frames and frames[-1] == name:
+                    continue  # a garbage walk through code without frame pointers
                 frames.append(name)
                 folded.user_frames += 1
                 folded.unknown_user_frames += not known

@@ -250,8 +250,8 @@ def frame_name(ip: str, sym: str, dso: str) -> tuple[str, bool, bool]:
     if kernel:
         return (sym if sym and sym != "[unknown]" else "[unknown]") + KERNEL_SUFFIX, True, False
     if sym and sym != "[unknown]":
-        # perf may append "+0x1f" when asked for offsets; one frame per function reads better.
-        return sym.split("+0x", 1)[0], False, False
+        # One frame per function: no "+0x1f" offset, no symbol version ("@@GLIBC_2.2.5").
+        return sym.split("+0x", 1)[0].split("@", 1)[0], False, False
     if dso and dso != "[unknown]":
         return f"{os.path.basename(dso)}+0x{int(ip, 16):x}", False, True
     return "[unknown]", False, True
@@ -299,6 +299,8 @@ def fold_perf_script(lines: Iterable[str], tree: ProcessTree | None = None) -> F
         if match is None or pid is None or not keep:
             continue
         name, kernel, unknown = frame_name(match["ip"], match["sym"], match["dso"])
+        if name == "[unknown]" and frames and frames[-1] == name:
+            continue  # a walk through code without frame pointers: one mark, not 100
         frames.append(name)
         if not kernel:
             folded.user_frames += 1
