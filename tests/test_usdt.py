@@ -103,6 +103,7 @@ def other_cluster(pg: PgBinaries, tmp_path: Path) -> Iterator[EmbeddedCluster]:
 # -- It must show (1): LWLock waits under a tpcb-like load ------------------------------------
 
 
+@pytest.mark.slow
 @needs_tracing
 def test_trace_lwlock_lists_tranches_whose_histograms_add_up(
     pg: PgBinaries, cluster: EmbeddedCluster, tmp_path: Path

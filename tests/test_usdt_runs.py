@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import duckdb
+import pytest
 
 import pgscope
 from pgscope.analyze.usdt import by_step, checkpoints
@@ -42,6 +43,7 @@ def test_usdt_is_on_by_default_in_runs() -> None:
 # -- It must show (3): lock waits of a tpcb-like run at scale 1 -------------------------------
 
 
+@pytest.mark.slow
 @needs_tracing
 def test_a_tpcb_run_shows_lock_waits_on_transactionid_and_tuple(tmp_path: Path) -> None:
     result = run_cli(
@@ -81,6 +83,7 @@ def test_a_tpcb_run_shows_lock_waits_on_transactionid_and_tuple(tmp_path: Path) 
 # -- a restart between variants: the collector re-attaches to the new postmaster ---------------
 
 
+@pytest.mark.slow
 @needs_tracing
 def test_the_collector_follows_a_server_restart(tmp_path: Path) -> None:
     loaded = load_spec(
