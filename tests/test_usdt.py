@@ -388,6 +388,27 @@ def test_sigint_keeps_what_was_traced(
 
 
 @needs_tracing
+def test_a_trace_ends_early_and_says_so_when_its_server_stops(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgscope", "trace", "locks", "--data-dir", str(cluster.data_dir),
+         "--duration", "120", "--results-dir", str(tmp_path / "results")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_until_tracing(proc)
+    pid = cluster.postmaster_pid
+    started = time.monotonic()
+    cluster.stop()
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - started < 30, "the trace should end soon after the server"
+    assert proc.returncode == 5, err
+    error = one_line_error(subprocess.CompletedProcess([], 5, out, err))
+    assert f"postmaster {pid} exited; nothing left to trace" in error
+    assert "kept what was recorded in" in error
+
+
+@needs_tracing
 def test_trace_by_dsn_finds_the_local_server(cluster: EmbeddedCluster, tmp_path: Path) -> None:
     result = pgscope(
         "trace", "locks", "--dsn", cluster.conn.conninfo(), "--duration", "2", "--json",

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 import pgscope
-from pgscope.analyze.usdt import by_step, checkpoints
+from pgscope.analyze.usdt import average_waiting, by_step, checkpoints
 from pgscope.collect import default_selection
 from pgscope.runner import PlannedStep, RunOptions, execute
 from pgscope.spec import load_spec
@@ -68,6 +68,10 @@ def test_a_tpcb_run_shows_lock_waits_on_transactionid_and_tuple(tmp_path: Path) 
         assert waits[("transactionid", "ShareLock")].count > 10, waits
         assert waits[("tuple", "ExclusiveLock")].count > 0, waits
         assert all(s.hist_count == s.count for s in step.events)
+        # Little's law: at most the 8 clients can be waiting at any moment
+        waiting = average_waiting(db, "lock_wait", step.start_us, step.end_us)
+        assert 0 < waiting[("transactionid", "ShareLock")] <= 8, waiting
+        assert sum(waiting.values()) <= 8, waiting
         lwlock = by_step(db, "lwlock_wait")[0].events
         assert {s.object for s in lwlock} & {"LockManager", "BufferContent", "WALWrite"}
         # the CHECKPOINT the runner issues before the step is traced too

@@ -117,6 +117,22 @@ def latency(
     ]
 
 
+def average_waiting(
+    db: duckdb.DuckDBPyConnection, event: str, start_us: int, end_us: int
+) -> dict[tuple[str | None, str | None], float]:
+    """Little's law: the time spent in `event` per second is the average number of
+    processes in it, per (object, mode); what a wait sampler estimates as the AAS of the
+    same wait event (Lock/transactionid is lock_wait/transactionid). Over the whole seconds
+    inside [start_us, end_us): an event counts in the second it ended, so a window of a few
+    seconds is exact up to the waits crossing its edges."""
+    first = -(-start_us // 1_000_000) * 1_000_000
+    last = end_us // 1_000_000 * 1_000_000
+    if last <= first:
+        return {}
+    span_ns = (last - first) * 1000
+    return {(s.object, s.mode): s.total_ns / span_ns for s in latency(db, event, first, last)}
+
+
 def covered_seconds(
     db: duckdb.DuckDBPyConnection,
     program: str,

@@ -423,13 +423,20 @@ class UsdtCollector(Collector):
             reason = tracer.failure()
             if reason:
                 return reason
+        if self.tracers and not Path(f"/proc/{self.tracers[0].postmaster_pid}").exists():
+            # A restart the runner drives is re-attached before anyone asks; this one
+            # was not (the server stopped under a standalone trace): nothing left to see.
+            return f"postmaster {self.tracers[0].postmaster_pid} exited; nothing left to trace"
         return None
 
     def stop(self) -> str | None:
+        failed = self.failure()
         for tracer in self.tracers:  # all flush at once, then each is drained
             tracer.interrupt()
         errors = [e for t in self.tracers if (e := t.stop())]
         self.tracers = []
+        if failed and failed not in errors:
+            errors.insert(0, failed)
         return "; ".join(errors) or None
 
 
@@ -509,6 +516,7 @@ class Tracer:
         self.store = store
         self.server_version_num = server_version_num
         self.stderr_path = stderr_path
+        self.stderr_start = 0
         self.cumulative = Cumulative()
         self.maps: dict[str, Any] = {}  # latest print of each map since the last flush
         self.ready = threading.Event()
@@ -533,7 +541,8 @@ class Tracer:
         # seconds and printed times become epoch microseconds.
         self.offset_ns = time.time_ns() - time.monotonic_ns()
         self.last_flush_us = now_us()
-        with self.stderr_path.open("w") as stderr:
+        with self.stderr_path.open("a") as stderr:  # kept across re-attaches
+            self.stderr_start = stderr.tell()
             self.proc = spawn(
                 [
                     bpftrace,
@@ -577,8 +586,11 @@ class Tracer:
             self._file_context = None
 
     def _stderr_reason(self) -> str:
+        """What this bpftrace process said on stderr (the file holds earlier ones too)."""
         try:
-            lines = self.stderr_path.read_text(errors="replace").splitlines()
+            with self.stderr_path.open("rb") as handle:
+                handle.seek(self.stderr_start)
+                lines = handle.read().decode(errors="replace").splitlines()
         except OSError:
             return "no message"
         useful = [ln.strip() for ln in lines if ln.strip() and not _STDERR_NOISE.search(ln)]
