@@ -11,8 +11,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from scipy import stats as scistats
-
 from pgscope.analyze.usl import UslFit, fit_usl
 from pgscope.errors import InputFileError
 
@@ -61,7 +59,9 @@ def mean_ci95(values: list[float]) -> tuple[float, float] | None:
         return None
     mean = statistics.fmean(values)
     sem = statistics.stdev(values) / math.sqrt(len(values))
-    half = float(scistats.t.ppf(0.975, len(values) - 1)) * sem
+    from scipy import stats  # seconds to import on a busy host: only when a CI is needed
+
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * sem
     return max(0.0, mean - half), mean + half
 
 

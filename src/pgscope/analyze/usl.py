@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import least_squares
 
 from pgscope.errors import InputFileError
 
@@ -178,6 +177,8 @@ def _fit_usl_params(
 ) -> Array:
     """Least squares for (λ, σ, κ). Several starting points guard against local minima;
     bootstrap refits pass the full fit as their single start."""
+    from scipy.optimize import least_squares  # imported on first fit: it is slow to load
+
     lower = [0.0, 0.0, 0.0] if bounded else [0.0, -np.inf, -np.inf]
     upper = [np.inf, np.inf, np.inf]
     free = [0, 1] if amdahl else [0, 1, 2]

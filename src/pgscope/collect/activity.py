@@ -1,14 +1,22 @@
-"""Wait-event sampling from outside: `pg_stat_activity` polled at a fixed rate.
+"""Wait-event sampling from outside: what every server process is doing, many times a second.
 
-What it records (tables below): every server process at every sample (pid, backend type,
-state, wait event, query_id, database, user, application), the blockers of sessions waiting on
-heavyweight locks (at most once a second: `pg_blocking_pids` takes the lock manager's locks),
-the text of each query_id the first time it is seen, and per second its own achieved rate,
-lag and query time, so a user sees the real resolution.
+How: one statement per second takes a whole second of samples inside the server, each one a
+fresh read of the backend status array (`pg_stat_get_activity`, what `pg_stat_activity` shows)
+after sleeping until its scheduled time. A round trip per sample would cost five times as
+much CPU, most of it ours (measured: docs/benchmarks.md).
 
-What it costs: one connection and one prepared query per sample (~0.2 ms of server CPU plus
-our own parsing); docs/benchmarks.md has the measured throughput cost per rate. If its query
-gets slow (a server in trouble), it halves its rate and says so rather than add load.
+What it records (tables below): every process at every sample (pid, backend type, state, wait
+event, query_id, database, user, application), the blockers of sessions waiting on heavyweight
+locks (at most once a second: `pg_blocking_pids` takes the lock manager's locks), the text of
+each query_id the first time it is seen, and per second its own achieved rate, lag and read
+time, so a user sees the real resolution. Sample times are the server's clock mapped onto this
+host's clock (the clock pgbench and every other table use).
+
+What it costs: ~0.16 ms of server CPU and ~0.03 ms of ours per sample (~1% of one core at
+50 Hz); docs/benchmarks.md has the measured throughput cost per rate. Its own session shows as
+active (Timeout:PgSleep) on the server and holds a snapshot for a second at a time. If reading
+the status array gets slow (a server in trouble), it halves its rate and says so rather than
+add load.
 
 Needs no extension. On a server it does not own it needs `pg_monitor` (or
 `pg_read_all_stats`): without it, other sessions' wait events read as NULL.
@@ -16,8 +24,8 @@ Needs no extension. On a server it does not own it needs `pg_monitor` (or
 
 from __future__ import annotations
 
+import statistics
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -33,7 +41,7 @@ APPLICATION = "pgscope-sampler"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS activity_samples (
-    ts_us BIGINT NOT NULL,        -- midpoint of the sampling query
+    ts_us BIGINT NOT NULL,        -- when the sample was taken (host clock)
     sample_no BIGINT NOT NULL,    -- 1, 2, ... per run
     pid INTEGER,
     backend_type VARCHAR,
@@ -55,20 +63,41 @@ CREATE TABLE IF NOT EXISTS activity_rate (
     second_us BIGINT NOT NULL,    -- start of the second
     target_hz DOUBLE,             -- the rate aimed at (lowered by back-off)
     samples INTEGER,              -- samples taken in the second (= achieved rate)
-    lag_mean_ms DOUBLE,           -- how late samples started, vs their schedule
+    lag_mean_ms DOUBLE,           -- how late samples were, vs their schedule
     lag_max_ms DOUBLE,
-    query_mean_ms DOUBLE,         -- the sampling query's own duration
+    query_mean_ms DOUBLE,         -- time to read the status array, per sample
     query_max_ms DOUBLE
 );
 """
 
-# The text comes along only for a query_id not seen before (the array parameter): a later
-# lookup would miss fast statements, and sending every text every time would cost.
-SAMPLE_SQL = (
-    "SELECT pid, backend_type, state, wait_event_type, wait_event, query_id, datname, "
-    "usename, application_name, CASE WHEN query_id <> ALL(%s::bigint[]) THEN query END "
-    "FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
-)
+# One statement = `n` samples, `interval` seconds apart. Three details matter, each checked
+# against EXPLAIN and against a session whose state alternates:
+# - the status array is cached per transaction: pg_stat_clear_snapshot() before each read;
+# - the reads must be re-executed per sample: the function's argument refers to s.n (a
+#   function scan whose arguments did not change rewinds its materialised result), and
+#   OFFSET 0 keeps the planner from pulling the subqueries up and out of the loop;
+# - sleeps aim at statement start + (n-1) * interval, so lateness does not accumulate.
+BATCH_SQL = """
+SELECT s.n,
+       (extract(epoch FROM p.t0) * 1000000)::bigint,
+       (extract(epoch FROM p.t0 - statement_timestamp()) * 1000000)::bigint
+           - (%(interval)s * 1000000 * (s.n - 1))::bigint,
+       (extract(epoch FROM clock_timestamp() - p.t0) * 1000000)::bigint,
+       a.pid, a.backend_type, a.state, a.wait_event_type, a.wait_event, a.query_id,
+       a.datid, a.usesysid, a.application_name,
+       CASE WHEN a.query_id <> ALL(%(known)s::bigint[]) THEN a.query END
+FROM generate_series(1, %(n)s) AS s(n)
+CROSS JOIN LATERAL (
+    SELECT pg_sleep(greatest(0, %(interval)s * (s.n - 1)
+                    - extract(epoch FROM clock_timestamp() - statement_timestamp()))),
+           pg_stat_clear_snapshot(),
+           clock_timestamp() AS t0
+    OFFSET 0) AS p
+CROSS JOIN LATERAL (
+    SELECT * FROM pg_stat_get_activity(CASE WHEN s.n > 0 THEN NULL::int END) AS g
+    WHERE g.pid <> pg_backend_pid()
+    OFFSET 0) AS a
+"""
 BLOCKERS_SQL = (
     "SELECT pid, unnest(pg_blocking_pids(pid)) FROM pg_stat_activity "
     "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
@@ -77,7 +106,14 @@ RIGHTS_SQL = (
     "SELECT rolsuper OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'), current_user "
     "FROM pg_roles WHERE rolname = current_user"
 )
+NAMES_SQL = (
+    "SELECT 'd', oid, datname FROM pg_database UNION ALL SELECT 'u', oid, rolname FROM pg_roles"
+)
+CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+
 SAMPLE_COLUMNS = (
+    "ts_us",
+    "sample_no",
     "pid",
     "backend_type",
     "state",
@@ -88,12 +124,29 @@ SAMPLE_COLUMNS = (
     "usename",
     "application_name",
 )
+RATE_COLUMNS = (
+    "second_us",
+    "target_hz",
+    "samples",
+    "lag_mean_ms",
+    "lag_max_ms",
+    "query_mean_ms",
+    "query_max_ms",
+)
 
 
 class ActivityOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     hz: float = Field(50.0, gt=0, le=1000, description="samples per second")
+    batch_s: float = Field(1.0, gt=0, le=10, description="seconds of samples per statement")
+    flush_s: float = Field(
+        3.0,
+        gt=0,
+        le=60,
+        description="how often rows are written to the store: each write costs ~3 ms of "
+        "CPU; a SIGKILL loses at most this much (a normal stop or Ctrl-C writes everything)",
+    )
     blockers: bool = Field(True, description="record pg_blocking_pids for Lock waits (≤ 1 Hz)")
     reconnect_s: float = Field(
         30.0,
@@ -105,8 +158,8 @@ class ActivityOptions(BaseModel):
         0.25,
         gt=0,
         le=1,
-        description="halve the rate when the median sampling query takes "
-        "more than this share of the interval",
+        description="halve the rate when even the fastest read of the status array in a "
+        "batch takes more than this share of the interval, two batches in a row",
     )
 
 
@@ -126,22 +179,10 @@ def check_rights(conn: ConnParams) -> Availability:
     return Availability.yes()
 
 
-@dataclass
-class _Second:
-    """Accumulates one second of samples before it is written."""
-
-    start_us: int
-    rows: dict[str, list[Any]] = field(
-        default_factory=lambda: {c: [] for c in ("ts_us", "sample_no", *SAMPLE_COLUMNS)}
-    )
-    lags_ms: list[float] = field(default_factory=list)
-    query_ms: list[float] = field(default_factory=list)
-
-
 class ActivityCollector(PollingCollector):
     name = "activity"
     summary = "wait-event samples of every session from pg_stat_activity, no extension"
-    cost = "one prepared query per sample; see docs/benchmarks.md for tps cost per rate"
+    cost = "~0.2 ms of CPU per sample, ~1% of one core at 50 Hz (docs/benchmarks.md)"
     default_in_runs = True
     Options = ActivityOptions
     application_name = APPLICATION
@@ -161,120 +202,194 @@ class ActivityCollector(PollingCollector):
         self.target_hz = self.options.hz
         self.slow_seconds = 0
         self.known_queries: set[int] = set()
-        self.known_list: list[int] = []  # the same ids, as the query's array parameter
+        self.names: dict[tuple[str, int], str] = {}
+        self.clock_offset_us = 0
+        self.pending_samples: list[tuple[Any, ...]] = []
+        self.pending_rate: list[tuple[Any, ...]] = []
+        self.open_seconds: dict[int, dict[int, tuple[float, float]]] = {}
+        self.last_flush = time.monotonic()
+
+    def connect(self) -> psycopg.Connection[Any]:
+        session = self.ctx.conn.connect(application_name=self.application_name)
+        session.execute(f"SET statement_timeout = '{int(self.options.batch_s * 1000) + 5000}ms'")
+        self.clock_offset_us = self._clock_offset(session)
+        self._load_names(session)
+        return session
+
+    @staticmethod
+    def _clock_offset(session: psycopg.Connection[Any]) -> int:
+        """Host clock minus server clock, from the fastest of a few round trips."""
+        best: tuple[int, int] | None = None
+        for _ in range(5):
+            before = now_us()
+            row = session.execute(CLOCK_SQL).fetchone()
+            after = now_us()
+            if row is not None and (best is None or after - before < best[0]):
+                best = (after - before, (before + after) // 2 - int(row[0]))
+        return best[1] if best else 0
+
+    def _load_names(self, session: psycopg.Connection[Any]) -> None:
+        for kind, oid, name in session.execute(NAMES_SQL).fetchall():
+            self.names[(kind, int(oid))] = name
 
     def run_loop(self) -> None:
-        second = _Second(now_us() // 1_000_000 * 1_000_000)
-        next_at = time.monotonic()
-        last_blockers = 0.0
         try:
-            while not self.stop_event.is_set():
-                interval = 1.0 / self.target_hz
-                lag_ms = max(0.0, (time.monotonic() - next_at) * 1000)
-                t0 = time.time_ns()
-                try:
-                    rows = self.session.execute(
-                        SAMPLE_SQL, (self.known_list,), prepare=True, binary=True
-                    ).fetchall()
-                except psycopg.OperationalError as exc:
-                    if not self.reconnect(exc, f"{self.samples} samples"):
-                        return
-                    next_at = time.monotonic()
-                    continue
-                t1 = time.time_ns()
-                ts_us = (t0 + t1) // 2000
-                if ts_us - second.start_us >= 1_000_000:
-                    self._flush(second)
-                    second = _Second(ts_us // 1_000_000 * 1_000_000)
-                self.samples += 1
-                self._keep(second, ts_us, rows, lag_ms, (t1 - t0) / 1e6)
-                if (
-                    self.options.blockers
-                    and time.monotonic() - last_blockers >= 1.0
-                    and any(r[3] == "Lock" for r in rows)
-                ):
-                    last_blockers = time.monotonic()
-                    self._record_blockers(ts_us)
-                next_at += interval
-                pause = next_at - time.monotonic()
-                if pause > 0:
-                    self.stop_event.wait(pause)
-                elif pause < -interval:  # far behind: skip missed slots, the lag records it
-                    next_at = time.monotonic()
+            self._sample_until_stopped()
         finally:
-            self._flush(second)
+            for second in sorted(self.open_seconds):
+                self._close_second(second, self.open_seconds.pop(second))
+            self._flush()
 
-    def _keep(
-        self,
-        second: _Second,
-        ts_us: int,
-        rows: list[tuple[Any, ...]],
-        lag_ms: float,
-        query_ms: float,
-    ) -> None:
-        cols = second.rows
+    def _sample_until_stopped(self) -> None:
+        cursor = self.session.cursor(binary=True)
+        last_blockers = 0.0
+        while not self.stop_event.is_set():
+            n = max(1, round(self.target_hz * self.options.batch_s))
+            params = {"n": n, "interval": 1.0 / self.target_hz, "known": sorted(self.known_queries)}
+            try:
+                cursor.execute(BATCH_SQL, params, prepare=True)
+                rows = cursor.fetchall()
+            except psycopg.OperationalError as exc:
+                if not self.reconnect(exc, f"{self.samples} samples"):
+                    return
+                cursor = self.session.cursor(binary=True)
+                continue
+            self._keep(rows)
+            if time.monotonic() - self.last_flush >= self.options.flush_s:
+                self._flush()
+            waiting_on_locks = any(row[7] == "Lock" for row in rows)
+            if (
+                self.options.blockers
+                and waiting_on_locks
+                and time.monotonic() - last_blockers >= 1.0
+            ):
+                last_blockers = time.monotonic()
+                self._record_blockers()
+
+    def _keep(self, rows: list[tuple[Any, ...]]) -> None:
+        """Take in one batch: sample rows and per-second rate rows (written by _flush), new
+        query texts (written now: they are rare)."""
+        if not rows:
+            return
+        if any(
+            (("d", r[10]) not in self.names and r[10]) or (("u", r[11]) not in self.names and r[11])
+            for r in rows
+        ):
+            self._load_names(self.session)  # a new database or role appeared
+        offset, base = self.clock_offset_us, self.samples
+        samples: list[tuple[Any, ...]] = []
+        per_second = self.open_seconds
+        fastest_read_ms = min(r[3] for r in rows) / 1000
         texts: dict[int, str] = {}
-        for row in rows:
-            cols["ts_us"].append(ts_us)
-            cols["sample_no"].append(self.samples)
-            for name, value in zip(SAMPLE_COLUMNS, row, strict=False):
-                cols[name].append(value)
-            query_id, text = row[5], row[9]
-            if query_id is not None and text is not None and query_id not in self.known_queries:
+        for (
+            n,
+            ts,
+            lag_us,
+            read_us,
+            pid,
+            btype,
+            state,
+            wtype,
+            wevent,
+            query_id,
+            datid,
+            userid,
+            app,
+            text,
+        ) in rows:
+            ts_us = ts + offset
+            samples.append(
+                (
+                    ts_us,
+                    base + n,
+                    pid,
+                    btype,
+                    state,
+                    wtype,
+                    wevent,
+                    query_id,
+                    self.names.get(("d", datid)) if datid else None,
+                    self.names.get(("u", userid)) if userid else None,
+                    app,
+                )
+            )
+            per_second.setdefault(ts_us // 1_000_000 * 1_000_000, {})[base + n] = (
+                lag_us / 1000,
+                read_us / 1000,
+            )
+            if text is not None and query_id is not None and query_id not in self.known_queries:
                 texts[query_id] = text
-        second.lags_ms.append(lag_ms)
-        second.query_ms.append(query_ms)
+        self.samples = base + max(r[0] for r in rows)
+        self.pending_samples.extend(samples)
+        # A batch rarely starts on a second boundary: a second stays open until a later
+        # sample has moved past it, so its rate row counts the samples of both batches.
+        latest = max(per_second)
+        for second in sorted(per_second):
+            if second < latest:
+                self._close_second(second, per_second.pop(second))
         if texts:
             self.known_queries.update(texts)
-            self.known_list = sorted(self.known_queries)
             self.store.db.execute(
                 "INSERT OR IGNORE INTO activity_queries SELECT unnest(?), unnest(?), ?",
-                [list(texts), list(texts.values()), ts_us],
+                [list(texts), list(texts.values()), samples[0][0]],
             )
+        self._maybe_back_off(fastest_read_ms)
 
-    def _flush(self, second: _Second) -> None:
-        if not second.query_ms:
-            return
-        self.store.append("activity_samples", second.rows)
-        lags, queries = second.lags_ms, second.query_ms
-        self.store.append(
-            "activity_rate",
-            {
-                "second_us": [second.start_us],
-                "target_hz": [self.target_hz],
-                "samples": [len(queries)],
-                "lag_mean_ms": [sum(lags) / len(lags)],
-                "lag_max_ms": [max(lags)],
-                "query_mean_ms": [sum(queries) / len(queries)],
-                "query_max_ms": [max(queries)],
-            },
+    def _close_second(self, second: int, by_sample: dict[int, tuple[float, float]]) -> None:
+        lags = [lag for lag, _ in by_sample.values()]
+        reads = [read for _, read in by_sample.values()]
+        self.pending_rate.append(
+            (
+                second,
+                self.target_hz,
+                len(by_sample),
+                statistics.fmean(lags),
+                max(lags),
+                statistics.fmean(reads),
+                max(reads),
+            )
         )
-        if len(queries) >= 3:  # a partial first second says little
-            self._maybe_back_off(sorted(queries)[len(queries) // 2])
 
-    def _maybe_back_off(self, median_query_ms: float) -> None:
-        """Halve the rate after two consecutive seconds whose median sampling query took more
-        than `backoff_share` of the interval: one slow second is noise (or the first,
-        preparing execution), two are a server in trouble."""
+    def _flush(self) -> None:
+        """Write what was taken in, column-wise, one statement per table."""
+        tables = (
+            ("activity_samples", SAMPLE_COLUMNS, self.pending_samples),
+            ("activity_rate", RATE_COLUMNS, self.pending_rate),
+        )
+        for table, columns, pending in tables:
+            if pending:
+                self.store.append(
+                    table, dict(zip(columns, zip(*pending, strict=True), strict=True))
+                )
+                pending.clear()
+        self.last_flush = time.monotonic()
+
+    def _maybe_back_off(self, fastest_read_ms: float) -> None:
+        """Halve the rate after two batches in which even the fastest read of the status
+        array took more than `backoff_share` of the interval: a server in trouble, which
+        sampling as often would only load further. Lateness and the median are no signal:
+        on a saturated CPU the sampler's own session is preempted, which slows some reads and
+        delays wake-ups, but rarely the fastest of a batch."""
         interval_ms = 1000.0 / self.target_hz
-        slow = median_query_ms > self.options.backoff_share * interval_ms
+        slow = fastest_read_ms > self.options.backoff_share * interval_ms
         self.slow_seconds = self.slow_seconds + 1 if slow else 0
         if self.slow_seconds >= 2 and self.target_hz > 1:
             self.slow_seconds = 0
             self.target_hz = max(1.0, self.target_hz / 2)
             message = (
-                f"sampling query takes {median_query_ms:.1f} ms (median): lowering the "
-                f"rate to {self.target_hz:g} Hz to spare the server"
+                f"reading the status array takes {fastest_read_ms:.2f} ms at best: lowering "
+                f"the rate to {self.target_hz:g} Hz to spare the server"
             )
             self.store.add_event("activity-backoff", message)
             self.ctx.say(f"collector activity: {message}")
 
-    def _record_blockers(self, ts_us: int) -> None:
+    def _record_blockers(self) -> None:
         try:
             pairs = self.session.execute(BLOCKERS_SQL).fetchall()
         except psycopg.Error:
-            return  # best effort: the next second tries again
+            return  # best effort: the next batch tries again
         if pairs:
+            ts_us = now_us()
             self.store.append(
                 "activity_blockers",
                 {
