@@ -25,6 +25,7 @@ from typing import Protocol
 from pgscope import __version__
 from pgscope.collect.base import CollectorContext, CollectorEnv, StepInfo
 from pgscope.collect.manager import CollectorSet
+from pgscope.drive.actions import StepActions
 from pgscope.drive.pgbench import (
     LatencyStats,
     Pgbench,
@@ -37,7 +38,7 @@ from pgscope.drive.pgbench import (
 from pgscope.errors import ExitCode, Interrupted, RefusedError, RunFailed, TargetError
 from pgscope.host import describe_host, usable_cores
 from pgscope.proc import RunAs, server_account
-from pgscope.spec import LoadedSpec, Spec, setting_text
+from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, Spec, setting_text
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
@@ -285,13 +286,17 @@ def _check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool
         )
     if allow_writes:
         return
-    if spec.workload in {"tpcb-like", "simple-update"}:
+    if spec.workload in WRITE_WORKLOADS:
         raise RefusedError(
             f"workload {spec.workload} writes to the server; pgscope only reads "
             f"from an existing server unless you pass --allow-writes"
         )
     if spec.init_sql:
         raise RefusedError("init_sql runs arbitrary SQL on the server; pass --allow-writes")
+    if spec.actions:
+        raise RefusedError(
+            "actions run arbitrary SQL on the server during each step; pass --allow-writes"
+        )
 
 
 def _final_status(store: RunStore, error: Exception | None) -> str:
@@ -403,6 +408,8 @@ def _run_one_step(
         )
         reporter.progress(step, row)
 
+    actions = StepActions(ctx.pgbench.conn, ctx.spec.actions)
+    actions.start()
     result: StepRun | None = None
     try:
         result = ctx.pgbench.run(
@@ -416,6 +423,9 @@ def _run_one_step(
     except Interrupted:
         store.finish_step(step.step_id, "interrupted", "run interrupted during this step", {})
         raise
+    finally:
+        for done in actions.finish():
+            store.add_event("action", done.describe(), step.step_id, ts_us=done.started_us)
     stats, per_second = analyse_logs(result.log_files(), warmup)
     store.add_latency_seconds(
         step.step_id,

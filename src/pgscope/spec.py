@@ -57,6 +57,15 @@ def _one_base_variant() -> dict[str, dict[str, SettingValue]]:
     return {"base": {}}
 
 
+class StepAction(BaseModel):
+    """SQL run at a fixed time into every step, e.g. a CHECKPOINT 10 s in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: Annotated[float, Field(ge=0, description="seconds after the step's load starts")]
+    sql: Annotated[str, Field(min_length=1)]
+
+
 class Spec(BaseModel):
     """One experiment. Field docs double as the reference in docs/spec.md."""
 
@@ -84,6 +93,8 @@ class Spec(BaseModel):
     # Evidence collectors and their options, e.g. {activity = {hz = 50}}. Absent: every
     # collector marked default_in_runs; {} : none.
     collectors: dict[str, dict[str, Any]] | None = None
+    # SQL at known times into every step (warm-up included in `at`): [{at = 10, sql = "..."}].
+    actions: list[StepAction] = Field(default_factory=list)
 
     @field_validator("clients")
     @classmethod
@@ -135,10 +146,6 @@ class Spec(BaseModel):
         if self.threads == "auto":
             return max(1, min(clients, cores))
         return min(self.threads, clients)
-
-    def is_write_workload(self) -> bool:
-        """Whether the workload may write. Custom scripts and init SQL are assumed to."""
-        return bool(self.scripts or self.init_sql) or self.workload in WRITE_WORKLOADS
 
 
 def auto_clients(cores: int) -> list[int]:

@@ -119,6 +119,14 @@ STEP_RESULT_COLUMNS = (
 )
 
 
+def table_exists(db: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Collectors create their tables when they start: a run without one has none."""
+    row = db.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def now_us() -> int:
     return time.time_ns() // 1000
 
@@ -256,8 +264,12 @@ class RunStore:
         columns["captured_us"] = [now_us()] * len(data)
         self.append("settings", columns)
 
-    def add_event(self, kind: str, detail: str, step_id: int | None = None) -> None:
-        self.db.execute("INSERT INTO events VALUES (?, ?, ?, ?)", [now_us(), step_id, kind, detail])
+    def add_event(
+        self, kind: str, detail: str, step_id: int | None = None, ts_us: int | None = None
+    ) -> None:
+        self.db.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?)", [ts_us or now_us(), step_id, kind, detail]
+        )
 
     def begin_step(
         self,
@@ -356,10 +368,7 @@ class RunStore:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def has_table(self, name: str) -> bool:
-        row = self.db.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
-        ).fetchone()
-        return bool(row and row[0])
+        return table_exists(self.db, name)
 
     def run_row(self) -> dict[str, Any]:
         rows = self.query("SELECT * FROM run")

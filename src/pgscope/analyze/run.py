@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgscope.analyze import waits
+from pgscope.analyze import pgstats, waits
 from pgscope.analyze.scaling import ScalingAnalysis, analyse
 from pgscope.store import RunStore
 
@@ -19,6 +19,7 @@ class RunResult:
     steps: list[dict[str, Any]]
     scaling: ScalingAnalysis
     waits: waits.WaitAnalysis | None
+    counters: list[pgstats.StepStats]
     collectors: list[dict[str, Any]]
     gaps: list[dict[str, Any]]
 
@@ -37,6 +38,7 @@ def load_run(run_dir: Path, *, bootstrap: int = 500) -> RunResult:
         run = store.run_row()
         steps = store.steps()
         wait_analysis = waits.analyse(store.db)
+        counters = pgstats.per_step(store.db)
         collectors, gaps = [], []
         if store.has_table("collectors"):  # stores of schema version 1 have neither
             collectors = store.query("SELECT * FROM collectors ORDER BY name")
@@ -48,5 +50,12 @@ def load_run(run_dir: Path, *, bootstrap: int = 500) -> RunResult:
         run["status"] = "interrupted"
         run["status_reason"] = run["status_reason"] or "the run ended without finishing"
     return RunResult(
-        run_dir, run, steps, analyse(steps, bootstrap=bootstrap), wait_analysis, collectors, gaps
+        run_dir,
+        run,
+        steps,
+        analyse(steps, bootstrap=bootstrap),
+        wait_analysis,
+        counters,
+        collectors,
+        gaps,
     )

@@ -20,6 +20,8 @@ from typing import Any
 
 import duckdb
 
+from pgscope.store import table_exists
+
 INSTRUMENTS = (
     "coalesce(application_name, '') NOT LIKE 'pgscope%' "
     "AND backend_type IS DISTINCT FROM 'pg_wait_sampling collector'"
@@ -36,10 +38,7 @@ WAIT_EVENT = "coalesce(wait_event, 'CPU')"
 
 
 def has_samples(db: duckdb.DuckDBPyConnection) -> bool:
-    row = db.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'activity_samples'"
-    ).fetchone()
-    return bool(row and row[0])
+    return table_exists(db, "activity_samples")
 
 
 @dataclass(frozen=True)
@@ -348,10 +347,7 @@ def compare_with_pgws(
     pg_wait_sampling rows carry only a pid: they are kept when the pid was a client backend
     (not pgscope's own) in pgscope's samples of the same window.
     """
-    present = db.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'pgws_history'"
-    ).fetchone()
-    if not present or not present[0]:
+    if not table_exists(db, "pgws_history"):
         return None
     where, params = _window(start_us, end_us)
     ours = db.execute(

@@ -62,6 +62,7 @@ def run_document(result: RunResult) -> dict[str, Any]:
         "fits": fits,
         "fit_errors": result.scaling.fit_errors,
         "waits": result.waits.to_json() if result.waits is not None else None,
+        "counters": [c.to_json() for c in result.counters],
         "collectors": result.collectors,
         "collector_gaps": result.gaps,
     }

@@ -1,0 +1,100 @@
+"""Rates and per-step totals from the `pgstats` snapshots (cumulative counters).
+
+A rate is the difference between consecutive snapshots divided by the time between them; a
+counter that went down (a stats reset, a restart between variants) yields no rate for that
+interval. Pure functions of the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from pgscope.store import table_exists
+
+
+def rates(
+    db: duckdb.DuckDBPyConnection, source: str, counter: str, obj: str | None = None
+) -> list[tuple[int, float]]:
+    """(ts_us, per-second rate) between consecutive snapshots of one counter. For
+    pg_stat_database without `obj`, the sum over databases."""
+    rows = db.execute(
+        "WITH c AS (SELECT ts_us, sum(value) AS v FROM pgstats_counters "
+        "WHERE source = ? AND counter = ? AND (? IS NULL OR object = ?) GROUP BY ts_us), "
+        "d AS (SELECT ts_us, v - lag(v) OVER w AS dv, "
+        "(ts_us - lag(ts_us) OVER w) / 1e6 AS dt FROM c WINDOW w AS (ORDER BY ts_us)) "
+        "SELECT ts_us, dv / dt FROM d WHERE dt > 0 AND dv >= 0 ORDER BY ts_us",
+        [source, counter, obj, obj],
+    ).fetchall()
+    return [(int(t), float(r)) for t, r in rows]
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Counter totals over one step's load (from just before to just after), and per
+    transaction."""
+
+    step_id: int
+    variant: str
+    clients: int
+    xacts: int
+    wal_bytes: float
+    wal_fpi: float
+    wal_records: float
+    checkpoints: float
+    buffers_backend: float
+
+    @property
+    def wal_bytes_per_xact(self) -> float | None:
+        return self.wal_bytes / self.xacts if self.xacts else None
+
+    @property
+    def fpi_per_xact(self) -> float | None:
+        return self.wal_fpi / self.xacts if self.xacts else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.__dict__,
+            "wal_bytes_per_xact": self.wal_bytes_per_xact,
+            "fpi_per_xact": self.fpi_per_xact,
+        }
+
+
+_STEP_COUNTERS: dict[str, tuple[str, str | tuple[str, ...]]] = {
+    "wal_bytes": ("pg_stat_wal", ("wal_bytes",)),
+    "wal_fpi": ("pg_stat_wal", ("wal_fpi",)),
+    "wal_records": ("pg_stat_wal", ("wal_records",)),
+    "checkpoints": ("pg_stat_bgwriter", ("checkpoints_req", "checkpoints_timed")),
+    "buffers_backend": ("pg_stat_bgwriter", ("buffers_backend",)),
+}
+
+
+def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
+    """For each step: the counters' growth between the snapshots taken just before its load
+    and just after, per transaction over the whole step (warm-up included on both sides)."""
+    if not table_exists(db, "pgstats_counters"):
+        return []
+    out = []
+    steps = db.execute(
+        "SELECT s.step_id, s.variant, s.clients, sum(l.xacts) FROM steps s "
+        "JOIN latency_seconds l USING (step_id) GROUP BY ALL ORDER BY s.step_id"
+    ).fetchall()
+    for step_id, variant, clients, xacts in steps:
+        values = {}
+        for key, (source, counters) in _STEP_COUNTERS.items():
+            row = db.execute(
+                "SELECT sum(value) FILTER (WHERE mark = 'end') - "
+                "sum(value) FILTER (WHERE mark = 'start') FROM pgstats_counters "
+                "WHERE step_id = ? AND source = ? AND list_contains(?, counter)",
+                [step_id, source, list(counters)],
+            ).fetchone()
+            if row is None or row[0] is None:
+                break  # no boundary snapshots for this step (it failed, or an older store)
+            values[key] = float(row[0])
+        else:
+            out.append(
+                StepStats(int(step_id), str(variant), int(clients), int(xacts or 0), **values)
+            )
+    return out
