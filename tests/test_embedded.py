@@ -120,3 +120,25 @@ def test_missing_binaries_are_explained(tmp_path: Path) -> None:
         find_binaries(tmp_path)
     with pytest.raises(EnvironmentProblem, match="no such directory"):
         find_binaries(tmp_path / "nope")
+
+
+def allowed_cpus(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no Cpus_allowed_list for {pid}")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 usable CPUs")
+def test_pinning_reaches_existing_and_later_backends(cluster: EmbeddedCluster) -> None:
+    every = allowed_cpus(os.getpid())
+    first = min(os.sched_getaffinity(0))
+    cluster.pin({first})
+    pid = cluster.postmaster_pid
+    assert pid is not None
+    assert {allowed_cpus(p) for p in [pid, *child_pids(pid)]} == {str(first)}
+    with cluster.connect() as conn:  # a backend forked after the pin inherits it
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None and allowed_cpus(int(row[0])) == str(first)
+    cluster.pin(None)
+    assert allowed_cpus(pid) == every

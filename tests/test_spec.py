@@ -107,6 +107,15 @@ def test_no_workload_at_all_is_an_error(tmp_path: Path) -> None:
         load_spec("scaling", overrides={"workload": None})
 
 
+def test_scripts_without_a_workload_mean_the_scripts_alone(tmp_path: Path) -> None:
+    (tmp_path / "a.sql").write_text("select 1;\n")
+    spec_file = tmp_path / "s.toml"
+    spec_file.write_text("scripts = ['a.sql']\n")
+    assert load_spec(str(spec_file)).spec.workload is None
+    spec_file.write_text("scripts = ['a.sql']\nworkload = 'select-only'\n")
+    assert load_spec(str(spec_file)).spec.workload == "select-only"
+
+
 def test_scripts_resolve_relative_to_the_spec_with_weights(tmp_path: Path) -> None:
     (tmp_path / "a.sql").write_text("select 1;\n")
     spec_file = tmp_path / "s.toml"

@@ -69,10 +69,12 @@ def server_account(requested: str | None) -> RunAs:
     return RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
-def _child_setup(death_signal: int) -> Callable[[], None]:
+def _child_setup(death_signal: int, cpus: set[int] | None) -> Callable[[], None]:
     def setup() -> None:
         # Runs in the child after fork and after the user switch (which would clear it).
         _libc.prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     return setup
 
@@ -87,6 +89,7 @@ def spawn(
     stderr: IO[Any] | int | None = subprocess.DEVNULL,
     death_signal: int = signal.SIGTERM,
     text: bool = False,
+    cpus: set[int] | None = None,
 ) -> subprocess.Popen[Any]:
     """Start a child in its own session. Call only from the main thread: the kernel sends
     the parent-death signal when the *thread* that forked exits."""
@@ -105,7 +108,7 @@ def spawn(
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
-            preexec_fn=_child_setup(death_signal),
+            preexec_fn=_child_setup(death_signal, cpus),
             text=text,
             **kwargs,
         )

@@ -17,7 +17,7 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Protocol
@@ -35,7 +35,14 @@ from pgscope.drive.pgbench import (
     analyse_logs,
     archive_logs,
 )
-from pgscope.errors import ExitCode, Interrupted, RefusedError, RunFailed, TargetError
+from pgscope.errors import (
+    EnvironmentProblem,
+    ExitCode,
+    Interrupted,
+    RefusedError,
+    RunFailed,
+    TargetError,
+)
 from pgscope.host import describe_host, usable_cores
 from pgscope.proc import RunAs, server_account
 from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, Spec, setting_text
@@ -107,8 +114,29 @@ def plan_steps(spec: Spec, cores: int, seed: int) -> list[PlannedStep]:
 
 
 def effective_settings(spec: Spec, variant: str) -> dict[str, str]:
+    """The server settings of a variant (its own over the spec's), without pgscope's keys."""
     merged = {**spec.settings, **spec.variants[variant]}
-    return {name: setting_text(value) for name, value in merged.items()}
+    return {
+        name: setting_text(value)
+        for name, value in merged.items()
+        if not name.startswith("pgscope.")
+    }
+
+
+def variant_cpus(spec: Spec, variant: str) -> int | None:
+    """How many CPUs the variant pins the server to (`pgscope.cpus`), if any."""
+    value = {**spec.settings, **spec.variants[variant]}.get("pgscope.cpus")
+    return int(value) if value is not None else None
+
+
+def cpu_split(pinned: int | None, available: list[int]) -> tuple[set[int] | None, set[int] | None]:
+    """(server CPUs, pgbench CPUs): the server on the first `pinned`, pgbench on the rest
+    where any remain (else wherever the scheduler puts it); None means unpinned."""
+    if pinned is None:
+        return None, None
+    server = set(available[:pinned])
+    rest = set(available[pinned:])
+    return server, rest or None
 
 
 def new_run_id(spec_name: str) -> str:
@@ -155,7 +183,9 @@ class RunContext:
     collectors: CollectorSet
     cores: int
     keep_xact_logs: bool
+    cpu_list: list[int]  # the CPUs pgscope may use, in order
     cluster: EmbeddedCluster | None = None
+    standbys: list[EmbeddedCluster] = field(default_factory=list)
     server: ExistingServer | None = None
     driver: Pgbench | None = None  # once the target is up
 
@@ -184,6 +214,12 @@ def execute(
     """
     spec = loaded.spec
     cores = usable_cores()
+    most_pinned = max((variant_cpus(spec, v) or 0 for v in spec.variants), default=0)
+    if most_pinned > cores:
+        raise EnvironmentProblem(
+            f"{loaded.source}: a variant pins the server to {most_pinned} CPUs but this host "
+            f"lets pgscope use {cores}; lower pgscope.cpus or run on a bigger host"
+        )
     if spec.seed is not None:
         seed = spec.seed
     elif seed is None:
@@ -230,6 +266,7 @@ def execute(
                 collectors,
                 cores,
                 options.keep_xact_logs,
+                sorted(os.sched_getaffinity(0)),
                 server=server,
             )
             try:
@@ -243,6 +280,8 @@ def execute(
                 _run_steps(ctx, env)
             finally:
                 collectors.stop()
+                for standby in ctx.standbys:
+                    standby.teardown()
                 if ctx.cluster is not None:
                     reporter.phase("stopping the embedded cluster")
                     ctx.cluster.teardown()
@@ -273,12 +312,31 @@ def _start_cluster(
     ctx.cluster = cluster  # so that teardown happens even if start fails half-way
     ctx.reporter.phase(f"starting an embedded PostgreSQL cluster as {account.name}")
     cluster.start()
+    if ctx.spec.standbys:
+        names = [f"s{i}" for i in range(1, ctx.spec.standbys + 1)]
+        ctx.reporter.phase(f"starting {len(names)} streaming standbys ({', '.join(names)})")
+        for name in names:
+            standby = EmbeddedCluster.standby_of(cluster, name)
+            ctx.standbys.append(standby)  # before start: teardown must find it either way
+            standby.start()
+        cluster.wait_streaming(names)
+        ctx.store.add_event("standbys", f"{', '.join(names)} streaming")
     for variant in ctx.spec.variants:
         cluster.validate_settings(effective_settings(ctx.spec, variant), f"variant {variant!r}")
     return cluster
 
 
 def _check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool) -> None:
+    if any(variant_cpus(spec, v) for v in spec.variants):
+        raise RefusedError(
+            "pgscope.cpus pins the server's processes; pgscope does that only "
+            "to an embedded cluster it owns: drop --dsn"
+        )
+    if spec.standbys:
+        raise RefusedError(
+            "standbys are started by pgscope next to an embedded cluster; they "
+            "cannot be added to an existing server: drop --dsn"
+        )
     server.refuse_settings({k: setting_text(v) for k, v in spec.settings.items()}, "the spec")
     for name, settings in spec.variants.items():
         server.refuse_settings(
@@ -338,6 +396,7 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
     )
     workload = Workload(spec.workload, tuple(ctx.loaded.scripts()), spec.protocol)
     started = False
+    pinned: set[int] | None = None
     seconds = math.ceil(spec.warmup + spec.duration)
     captured: set[str] = set()
     failures = 0
@@ -347,7 +406,23 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
             restarted = cluster.apply_settings(effective_settings(spec, step.variant))
             if restarted:
                 store.add_event("restart", f"variant {step.variant}", step.step_id)
+                if ctx.standbys:  # synchronous commits would wait for them to reconnect
+                    cluster.wait_streaming([s.standby_name for s in ctx.standbys])
                 ctx.collectors.target_restarted()
+        server_cpus, bench_cpus = cpu_split(variant_cpus(spec, step.variant), ctx.cpu_list)
+        if cluster is not None and server_cpus != pinned:
+            cluster.pin(server_cpus)
+            pinned = server_cpus
+            store.add_event(
+                "pin",
+                f"server on CPUs {sorted(server_cpus)}, pgbench on "
+                f"{sorted(bench_cpus) if bench_cpus else 'any'}"
+                if server_cpus
+                else "server unpinned",
+                step.step_id,
+            )
+        elif cluster is not None and restarted and server_cpus:
+            cluster.pin(server_cpus)  # a new postmaster starts unpinned
         if not started:
             # After the first variant's settings, so its restart (if any) is no gap.
             ctx.collectors.start(collector_ctx)
@@ -376,7 +451,7 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         info = StepInfo(step.step_id, step.variant, step.clients, step.repeat)
         ctx.collectors.step_started(info)
         try:
-            ok = _run_one_step(ctx, step, workload, threads, seconds)
+            ok = _run_one_step(ctx, step, workload, threads, seconds, bench_cpus)
         finally:
             ctx.collectors.step_finished(info)
             ctx.collectors.reap()
@@ -397,7 +472,12 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
 
 
 def _run_one_step(
-    ctx: RunContext, step: PlannedStep, workload: Workload, threads: int, seconds: int
+    ctx: RunContext,
+    step: PlannedStep,
+    workload: Workload,
+    threads: int,
+    seconds: int,
+    bench_cpus: set[int] | None,
 ) -> bool:
     store, reporter, warmup = ctx.store, ctx.reporter, ctx.spec.warmup
     step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
@@ -419,6 +499,7 @@ def _run_one_step(
             seconds=seconds,
             log_prefix=step_dir / "xact",
             on_progress=on_progress,
+            cpus=bench_cpus,
         )
     except Interrupted:
         store.finish_step(step.step_id, "interrupted", "run interrupted during this step", {})

@@ -25,6 +25,12 @@ WRITE_WORKLOADS = frozenset({"tpcb-like", "simple-update"})
 
 SettingValue = str | int | float | bool
 
+# Reserved keys in `settings` and variants: how pgscope runs the cluster, not server settings.
+PGSCOPE_KEYS = {
+    "pgscope.cpus": "pin the server (postmaster and every process it starts) to this many "
+    "CPUs; pgbench runs on the others where any are left",
+}
+
 
 @dataclass(frozen=True)
 class ScriptRef:
@@ -93,6 +99,9 @@ class Spec(BaseModel):
     # Evidence collectors and their options, e.g. {activity = {hz = 50}}. Absent: every
     # collector marked default_in_runs; {} : none.
     collectors: dict[str, dict[str, Any]] | None = None
+    # Local streaming standbys of the embedded primary, named s1, s2, ... (for synchronous
+    # replication: synchronous_standby_names = "FIRST 1 (s1, s2)" in settings or variants).
+    standbys: Annotated[int, Field(ge=0, le=8)] = 0
     # SQL at known times into every step (warm-up included in `at`): [{at = 10, sql = "..."}].
     actions: list[StepAction] = Field(default_factory=list)
 
@@ -113,9 +122,16 @@ class Spec(BaseModel):
     ) -> dict[str, dict[str, SettingValue]]:
         if not value:
             raise ValueError("needs at least one variant (use {base = {}} for none)")
-        for name in value:
+        for name, settings in value.items():
             if not name or not name.replace("-", "_").replace(".", "_").isidentifier():
                 raise ValueError(f"variant name {name!r} must be a simple word")
+            _check_pgscope_keys(settings, f"variant {name!r}")
+        return value
+
+    @field_validator("settings")
+    @classmethod
+    def _settings_keys(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:
+        _check_pgscope_keys(value, "settings")
         return value
 
     @field_validator("collectors")
@@ -146,6 +162,16 @@ class Spec(BaseModel):
         if self.threads == "auto":
             return max(1, min(clients, cores))
         return min(self.threads, clients)
+
+
+def _check_pgscope_keys(settings: dict[str, SettingValue], where: str) -> None:
+    for key, value in settings.items():
+        if not key.startswith("pgscope."):
+            continue
+        if key not in PGSCOPE_KEYS:
+            raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(PGSCOPE_KEYS)})")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {key} must be a whole number >= 1, got {value!r}")
 
 
 def auto_clients(cores: int) -> list[int]:
@@ -274,6 +300,9 @@ def load_spec(
     quick_table = raw.pop("quick", {})
     if not isinstance(quick_table, dict):
         raise SpecError(f"{source}: field 'quick' must be a table")
+    if "scripts" in raw and "workload" not in raw:
+        # TOML has no null: a spec that names scripts and no workload means the scripts only.
+        raw["workload"] = None
     if quick:
         raw.update(quick_table)
     raw.update(overrides or {})

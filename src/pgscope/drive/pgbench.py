@@ -197,9 +197,11 @@ class Pgbench:
         seconds: int,
         log_prefix: Path,
         on_progress: Callable[[ProgressRow], None],
+        cpus: set[int] | None = None,
     ) -> StepRun:
-        """Run pgbench for `seconds`, feeding each progress line to `on_progress` as it
-        arrives. Interrupts (KeyboardInterrupt, Interrupted) stop pgbench and propagate."""
+        """Run pgbench for `seconds` (on `cpus` if given), feeding each progress line to
+        `on_progress` as it arrives. Interrupts (KeyboardInterrupt, Interrupted) stop pgbench
+        and propagate."""
         log_prefix.parent.mkdir(parents=True, exist_ok=True)
         argv: list[str | os.PathLike[str]] = [
             self.pg.path("pgbench"),
@@ -231,6 +233,7 @@ class Pgbench:
                 stdout=stdout_file,
                 stderr=subprocess.PIPE,
                 text=True,
+                cpus=cpus,
             )
             try:
                 rows, error = self._follow(proc, seconds + HANG_GRACE_S, on_progress, tail)

@@ -9,6 +9,7 @@ or a restart according to each setting's `pg_settings.context`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ from psycopg import sql
 
 from pgscope.errors import EnvironmentProblem, SpecError, TargetError
 from pgscope.host import memory_bytes
-from pgscope.proc import RunAs, kill_tree, spawn, wait_until
+from pgscope.proc import RunAs, child_pids, kill_tree, spawn, wait_until
 from pgscope.proc import run_as_user as run_child
 from pgscope.target.conn import ConnParams
 from pgscope.target.pgbin import PgBinaries
@@ -80,6 +81,9 @@ class EmbeddedCluster:
     work_dir: Path | None = None  # parent of the temporary directory (default: $TMPDIR)
     port: int = 0
     root: Path | None = None
+    # A standby is an embedded cluster whose data directory is a base backup of a primary.
+    primary: EmbeddedCluster | None = None
+    standby_name: str = ""
     _proc: subprocess.Popen[Any] | None = None
     _applied: dict[str, str] = field(default_factory=dict)
     _log_file: Any = None
@@ -126,9 +130,54 @@ class EmbeddedCluster:
 
     def start(self) -> None:
         self._create_root()
-        self._initdb()
+        if self.primary is None:
+            self._initdb()
+        else:
+            self._base_backup(self.primary)
         self._write_config()
         self._launch()
+
+    @classmethod
+    def standby_of(cls, primary: EmbeddedCluster, name: str) -> EmbeddedCluster:
+        """A streaming standby of `primary` (not started), with its own slot and log."""
+        log = primary.log_path.with_name(f"standby-{name}.log")
+        return cls(
+            primary.pg,
+            primary.run_as,
+            log,
+            dict(primary.startup_settings),
+            primary.work_dir,
+            primary=primary,
+            standby_name=name,
+        )
+
+    def _base_backup(self, primary: EmbeddedCluster) -> None:
+        """pg_basebackup through a physical slot named after the standby. Not -R: it would
+        write primary_conninfo to postgresql.auto.conf, where it overrides pgscope's own."""
+        with primary.connect() as conn:
+            conn.execute("SELECT pg_create_physical_replication_slot(%s)", (self.standby_name,))
+        argv: list[str | os.PathLike[str]] = [
+            self.pg.path("pg_basebackup"),
+            "-D",
+            self.data_dir,
+            "-h",
+            str(primary.socket_dir),
+            "-p",
+            str(primary.port),
+            "-U",
+            SUPERUSER,
+            "--slot",
+            self.standby_name,
+            "--checkpoint=fast",
+            "--wal-method=stream",
+            "--no-sync",
+        ]
+        result = run_child(argv, run_as=self.run_as, timeout=600, cwd=self.root)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise TargetError(f"pg_basebackup for standby {self.standby_name} failed: {last}")
+        (self.data_dir / "standby.signal").touch()
+        self.run_as.chown(self.data_dir / "standby.signal")
 
     def _create_root(self) -> None:
         parent = self.work_dir or Path(tempfile.gettempdir())
@@ -172,6 +221,16 @@ class EmbeddedCluster:
             "unix_socket_directories": str(self.socket_dir),
             "logging_collector": "off",  # stderr goes to the run's server.log
         }
+        if self.primary is not None:
+            fixed["primary_conninfo"] = (
+                f"host={self.primary.socket_dir} port={self.primary.port} user={SUPERUSER} "
+                f"application_name={self.standby_name}"
+            )
+            fixed["primary_slot_name"] = self.standby_name
+            fixed["hot_standby"] = "on"
+            # Reconnect quickly after the primary restarts between variants: synchronous
+            # commits wait while no standby is connected (the default retry is 5 s).
+            fixed["wal_retrieve_retry_interval"] = "200ms"
         lines = ["", "# --- written by pgscope ---"]
         for name, value in {**fixed, **self.startup_settings}.items():
             lines.append(f"{name} = {_quote_conf(value)}")
@@ -208,8 +267,9 @@ class EmbeddedCluster:
             lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
         except OSError:
             return False
-        # Line 8 of postmaster.pid is the postmaster's status ("ready" once it accepts).
-        return len(lines) >= 8 and lines[7].strip() == "ready"
+        # Line 8 of postmaster.pid is the postmaster's status: "ready" once it accepts
+        # connections, "standby" for a hot standby that does.
+        return len(lines) >= 8 and lines[7].strip() in ("ready", "standby")
 
     def _log_tail(self) -> str:
         """The server's own words for why it stopped: the first complaint (e.g. the bad
@@ -251,6 +311,33 @@ class EmbeddedCluster:
                 except subprocess.TimeoutExpired:
                     kill_tree(proc.pid)
                     proc.wait(timeout=5)
+
+    def pin(self, cpus: set[int] | None) -> None:
+        """Run the server on `cpus` (None: every CPU pgscope may use): the postmaster and its
+        current children; processes it starts later inherit the postmaster's affinity."""
+        pid = self.postmaster_pid
+        if pid is None:
+            return
+        target = cpus or os.sched_getaffinity(0)
+        for victim in [pid, *child_pids(pid)]:
+            with contextlib.suppress(ProcessLookupError):  # a backend that just exited
+                os.sched_setaffinity(victim, target)
+
+    def wait_streaming(self, names: list[str], timeout_s: float = 60.0) -> None:
+        """Wait until every named standby streams from this primary."""
+
+        def streaming() -> bool:
+            with self.connect() as conn:
+                rows = conn.execute(
+                    "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'"
+                ).fetchall()
+            return set(names) <= {r[0] for r in rows}
+
+        if not wait_until(streaming, timeout_s, 0.1):
+            raise TargetError(
+                f"standbys {', '.join(names)} did not start streaming within "
+                f"{timeout_s:.0f}s; see the standby-*.log files"
+            )
 
     def restart(self) -> None:
         self.stop()
