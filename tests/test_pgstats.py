@@ -59,7 +59,8 @@ def test_counters_per_step_and_a_checkpoint_action(tmp_path: Path) -> None:
 def test_actions_are_refused_on_a_users_server_without_allow_writes(tmp_path: Path) -> None:
     spec = tmp_path / "act.toml"
     read_only = SPEC.replace("tpcb-like", "select-only").replace(
-        '[settings]\nshared_buffers = "128MB"\n', "")
+        '[settings]\nshared_buffers = "128MB"\n', ""
+    )
     spec.write_text(read_only)
     result = pgscope(
         "run",

@@ -30,10 +30,11 @@ from pgscope.drive.pgbench import (
     LatencyStats,
     Pgbench,
     ProgressRow,
-    StepRun,
+    RunningPgbench,
     Workload,
     analyse_logs,
     archive_logs,
+    follow,
 )
 from pgscope.errors import (
     EnvironmentProblem,
@@ -41,6 +42,7 @@ from pgscope.errors import (
     Interrupted,
     RefusedError,
     RunFailed,
+    SpecError,
     TargetError,
 )
 from pgscope.host import describe_host, usable_cores
@@ -129,6 +131,11 @@ def variant_cpus(spec: Spec, variant: str) -> int | None:
     return int(value) if value is not None else None
 
 
+def variant_instances(spec: Spec, variant: str) -> int:
+    """How many clusters side by side the variant runs (`pgscope.instances`), 1 by default."""
+    return int({**spec.settings, **spec.variants[variant]}.get("pgscope.instances", 1))
+
+
 def cpu_split(pinned: int | None, available: list[int]) -> tuple[set[int] | None, set[int] | None]:
     """(server CPUs, pgbench CPUs): the server on the first `pinned`, pgbench on the rest
     where any remain (else wherever the scheduler puts it); None means unpinned."""
@@ -186,6 +193,7 @@ class RunContext:
     cpu_list: list[int]  # the CPUs pgscope may use, in order
     cluster: EmbeddedCluster | None = None
     standbys: list[EmbeddedCluster] = field(default_factory=list)
+    instances: list[EmbeddedCluster] = field(default_factory=list)  # beyond the first
     server: ExistingServer | None = None
     driver: Pgbench | None = None  # once the target is up
 
@@ -219,6 +227,12 @@ def execute(
         raise EnvironmentProblem(
             f"{loaded.source}: a variant pins the server to {most_pinned} CPUs but this host "
             f"lets pgscope use {cores}; lower pgscope.cpus or run on a bigger host"
+        )
+    most_instances = max(variant_instances(spec, v) for v in spec.variants)
+    if most_instances > min(spec.client_counts(cores)):
+        raise SpecError(
+            f"{loaded.source}: a variant splits the load over {most_instances} instances but "
+            f"a step has only {min(spec.client_counts(cores))} clients; every instance needs one"
         )
     if spec.seed is not None:
         seed = spec.seed
@@ -280,8 +294,8 @@ def execute(
                 _run_steps(ctx, env)
             finally:
                 collectors.stop()
-                for standby in ctx.standbys:
-                    standby.teardown()
+                for other in [*ctx.standbys, *ctx.instances]:
+                    other.teardown()
                 if ctx.cluster is not None:
                     reporter.phase("stopping the embedded cluster")
                     ctx.cluster.teardown()
@@ -327,6 +341,11 @@ def _start_cluster(
 
 
 def _check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool) -> None:
+    if any(variant_instances(spec, v) > 1 for v in spec.variants):
+        raise RefusedError(
+            "pgscope.instances starts clusters of its own; it cannot split a "
+            "user's server: drop --dsn"
+        )
     if any(variant_cpus(spec, v) for v in spec.variants):
         raise RefusedError(
             "pgscope.cpus pins the server's processes; pgscope does that only "
@@ -436,6 +455,7 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
             # are not flushed on this step's time.
             with conn.connect() as session:
                 session.execute("CHECKPOINT")
+        drivers = [ctx.pgbench, *_activate_instances(ctx, step)]
         threads = spec.pgbench_threads(step.clients, ctx.cores)
         store.begin_step(
             step.step_id,
@@ -451,7 +471,7 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         info = StepInfo(step.step_id, step.variant, step.clients, step.repeat)
         ctx.collectors.step_started(info)
         try:
-            ok = _run_one_step(ctx, step, workload, threads, seconds, bench_cpus)
+            ok = _run_one_step(ctx, step, workload, seconds, bench_cpus, drivers)
         finally:
             ctx.collectors.step_finished(info)
             ctx.collectors.reap()
@@ -471,43 +491,100 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         )
 
 
+def _activate_instances(ctx: RunContext, step: PlannedStep) -> list[Pgbench]:
+    """Make exactly the step's variant's extra instances run, with its settings, each fresh
+    from a CHECKPOINT; stop (but keep) the others. Returns their drivers."""
+    cluster = ctx.cluster
+    wanted = variant_instances(ctx.spec, step.variant) - 1
+    if cluster is None or (wanted == 0 and not ctx.instances):
+        return []
+    settings = effective_settings(ctx.spec, step.variant)
+    while len(ctx.instances) < wanted:
+        number = len(ctx.instances) + 2
+        ctx.reporter.phase(f"starting instance {number} beside the first")
+        instance = cluster.sibling(ctx.store.run_dir / f"server-{number}.log")
+        ctx.instances.append(instance)  # before start: teardown must find it either way
+        instance.start()
+        driver = Pgbench(ctx.pgbench.pg, instance.conn, read_only=False)
+        if ctx.spec.scale > 0:
+            driver.initialise(ctx.spec.scale, allow_writes=True)
+        init_sql = ctx.loaded.init_sql_path()
+        if init_sql is not None:
+            _run_init_sql(instance.conn, init_sql)
+        ctx.store.add_event("instance", f"instance {number} started and initialised", step.step_id)
+    drivers = []
+    for index, instance in enumerate(ctx.instances):
+        if index >= wanted:
+            instance.stop()
+            continue
+        instance.resume()
+        instance.apply_settings(settings)
+        with instance.connect() as session:
+            session.execute("CHECKPOINT")
+        drivers.append(Pgbench(ctx.pgbench.pg, instance.conn, read_only=False))
+    return drivers
+
+
+def split_clients(clients: int, instances: int) -> list[int]:
+    """Clients per instance, as even as can be: 8 over 3 -> [3, 3, 2]."""
+    base, extra = divmod(clients, instances)
+    return [base + (1 if i < extra else 0) for i in range(instances)]
+
+
 def _run_one_step(
     ctx: RunContext,
     step: PlannedStep,
     workload: Workload,
-    threads: int,
     seconds: int,
     bench_cpus: set[int] | None,
+    drivers: list[Pgbench],
 ) -> bool:
+    """One step: pgbench against each active instance at once (one instance, usually), then
+    statistics over every transaction of every instance."""
     store, reporter, warmup = ctx.store, ctx.reporter, ctx.spec.warmup
     step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
+    shares = split_clients(step.clients, len(drivers))
 
-    def on_progress(row: ProgressRow) -> None:
+    def on_progress(index: int, row: ProgressRow) -> None:
         store.add_progress(
-            step.step_id, row.ts_us, row.tps, row.latency_ms, row.latency_stddev_ms, row.failed
+            step.step_id,
+            row.ts_us,
+            row.tps,
+            row.latency_ms,
+            row.latency_stddev_ms,
+            row.failed,
+            instance=index + 1,
         )
-        reporter.progress(step, row)
+        if index == 0:
+            reporter.progress(step, row)
 
     actions = StepActions(ctx.pgbench.conn, ctx.spec.actions)
     actions.start()
-    result: StepRun | None = None
+    runs: list[RunningPgbench] = []
     try:
-        result = ctx.pgbench.run(
-            workload,
-            clients=step.clients,
-            threads=threads,
-            seconds=seconds,
-            log_prefix=step_dir / "xact",
-            on_progress=on_progress,
-            cpus=bench_cpus,
-        )
+        for index, (driver, clients) in enumerate(zip(drivers, shares, strict=True)):
+            prefix = "xact" if index == 0 else f"xact-{index + 1}"
+            runs.append(
+                driver.start(
+                    workload,
+                    clients=clients,
+                    threads=ctx.spec.pgbench_threads(clients, ctx.cores),
+                    seconds=seconds,
+                    log_prefix=step_dir / prefix,
+                    cpus=bench_cpus,
+                )
+            )
+        results = follow(runs, on_progress)
     except Interrupted:
+        for run in runs:
+            run.finish()
         store.finish_step(step.step_id, "interrupted", "run interrupted during this step", {})
         raise
     finally:
         for done in actions.finish():
             store.add_event("action", done.describe(), step.step_id, ts_us=done.started_us)
-    stats, per_second = analyse_logs(result.log_files(), warmup)
+    log_files = [f for result in results for f in result.log_files()]
+    stats, per_second = analyse_logs(log_files, warmup)
     store.add_latency_seconds(
         step.step_id,
         [
@@ -515,22 +592,33 @@ def _run_one_step(
             for s in per_second
         ],
     )
+    if len(results) > 1:
+        for index, (result, clients) in enumerate(zip(results, shares, strict=True)):
+            store.add_instance_result(
+                step.step_id, index + 1, clients, result.summary.get("tps"), result.error
+            )
     archive = step_dir / "xact.parquet"
     if ctx.keep_xact_logs:
-        archived = archive_logs(result.log_files(), archive)
+        archived = archive_logs(log_files, archive)
     else:
         archived = 0
-        for log in result.log_files():
+        for log in log_files:
             log.unlink()
-    error = result.error
+    errors = [
+        f"instance {i + 1}: {r.error}" if len(results) > 1 else r.error
+        for i, r in enumerate(results)
+        if r.error
+    ]
+    error = "; ".join(e for e in errors if e) or None
     if error is None and stats is None:
         error = "pgbench completed no transaction in the measured window"
-    results: dict[str, object] = {
-        "pgbench_tps": result.summary.get("tps"),
+    pgbench_tps = [r.summary.get("tps") for r in results]
+    values: dict[str, object] = {
+        "pgbench_tps": sum(t for t in pgbench_tps if t is not None) if any(pgbench_tps) else None,
         "xact_log": str(archive.relative_to(store.run_dir)) if archived else None,
     }
     if stats is not None:
-        results.update(
+        values.update(
             window_start_us=stats.window_start_us,
             window_end_us=stats.window_end_us,
             tps=stats.tps,
@@ -544,7 +632,7 @@ def _run_one_step(
             p999_ms=stats.p999_ms,
             max_ms=stats.max_ms,
         )
-    store.finish_step(step.step_id, "ok" if error is None else "failed", error, results)
+    store.finish_step(step.step_id, "ok" if error is None else "failed", error, values)
     reporter.step_finished(step, stats, error)
     return error is None
 

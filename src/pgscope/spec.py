@@ -29,6 +29,8 @@ SettingValue = str | int | float | bool
 PGSCOPE_KEYS = {
     "pgscope.cpus": "pin the server (postmaster and every process it starts) to this many "
     "CPUs; pgbench runs on the others where any are left",
+    "pgscope.instances": "run this many clusters side by side, each with the same data and "
+    "settings, and split each step's clients between them",
 }
 
 

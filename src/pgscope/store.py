@@ -20,7 +20,7 @@ import numpy as np
 
 from pgscope.errors import EnvironmentProblem, InputFileError
 
-SCHEMA_VERSION = 2  # 2: collectors, collector_gaps
+SCHEMA_VERSION = 3  # 2: collectors, collector_gaps; 3: timeline.instance, step_instances
 STORE_FILE = "run.duckdb"
 
 _SCHEMA = """
@@ -77,7 +77,10 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 CREATE TABLE IF NOT EXISTS timeline (
     step_id INTEGER, ts_us BIGINT, tps DOUBLE, latency_ms DOUBLE, latency_stddev_ms DOUBLE,
-    failed BIGINT
+    failed BIGINT, instance INTEGER
+);
+CREATE TABLE IF NOT EXISTS step_instances (
+    step_id INTEGER, instance INTEGER, clients INTEGER, pgbench_tps DOUBLE, error VARCHAR
 );
 CREATE TABLE IF NOT EXISTS latency_seconds (
     step_id INTEGER, second_us BIGINT, xacts BIGINT, failed BIGINT, p50_ms DOUBLE,
@@ -306,10 +309,25 @@ class RunStore:
         latency_ms: float | None,
         stddev_ms: float | None,
         failed: int,
+        instance: int = 1,
     ) -> None:
         self.db.execute(
-            "INSERT INTO timeline VALUES (?, ?, ?, ?, ?, ?)",
-            [step_id, ts_us, tps, latency_ms, stddev_ms, failed],
+            "INSERT INTO timeline VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [step_id, ts_us, tps, latency_ms, stddev_ms, failed, instance],
+        )
+
+    def add_instance_result(
+        self,
+        step_id: int,
+        instance: int,
+        clients: int,
+        pgbench_tps: float | None,
+        error: str | None,
+    ) -> None:
+        """With several instances side by side: each one's share of a step."""
+        self.db.execute(
+            "INSERT INTO step_instances VALUES (?, ?, ?, ?, ?)",
+            [step_id, instance, clients, pgbench_tps, error],
         )
 
     def add_latency_seconds(self, step_id: int, rows: Iterable[Sequence[Any]]) -> None:

@@ -188,7 +188,7 @@ class Pgbench:
             raise TargetError(f"pgbench -i -s {scale} failed: {_first_error(err)}")
         return True
 
-    def run(
+    def start(
         self,
         workload: Workload,
         *,
@@ -196,12 +196,9 @@ class Pgbench:
         threads: int,
         seconds: int,
         log_prefix: Path,
-        on_progress: Callable[[ProgressRow], None],
         cpus: set[int] | None = None,
-    ) -> StepRun:
-        """Run pgbench for `seconds` (on `cpus` if given), feeding each progress line to
-        `on_progress` as it arrives. Interrupts (KeyboardInterrupt, Interrupted) stop pgbench
-        and propagate."""
+    ) -> RunningPgbench:
+        """Launch pgbench for `seconds` (on `cpus` if given); `follow()` reads it."""
         log_prefix.parent.mkdir(parents=True, exist_ok=True)
         argv: list[str | os.PathLike[str]] = [
             self.pg.path("pgbench"),
@@ -220,12 +217,10 @@ class Pgbench:
             f"--log-prefix={log_prefix.name}",
             *self._conn_args(),
         ]
-        stdout_path = log_prefix.parent / "pgbench.out"
+        stdout_path = log_prefix.parent / f"{log_prefix.name}.pgbench.out"
+        stdout_file = stdout_path.open("w")
         started_us = time.time_ns() // 1000
-        tail: list[str] = []
-        rows = 0
-        error: str | None = None
-        with stdout_path.open("w") as stdout_file:
+        try:
             proc = spawn(
                 argv,
                 cwd=log_prefix.parent,
@@ -235,49 +230,115 @@ class Pgbench:
                 text=True,
                 cpus=cpus,
             )
-            try:
-                rows, error = self._follow(proc, seconds + HANG_GRACE_S, on_progress, tail)
-            finally:
-                # Normal end: pgbench has exited. Interrupt or hang: stop it (SIGINT lets it
-                # print what it can), then kill.
-                stop_process(proc, signal.SIGINT, grace_s=5)
-        ended_us = time.time_ns() // 1000
-        summary = parse_summary(stdout_path.read_text())
-        if error is None and proc.returncode != 0:
-            error = _first_error("\n".join(tail)) or f"pgbench exited with {proc.returncode}"
+        except BaseException:
+            stdout_file.close()
+            raise
+        return RunningPgbench(proc, stdout_file, stdout_path, log_prefix, started_us, seconds)
+
+    def run(
+        self,
+        workload: Workload,
+        *,
+        clients: int,
+        threads: int,
+        seconds: int,
+        log_prefix: Path,
+        on_progress: Callable[[ProgressRow], None],
+        cpus: set[int] | None = None,
+    ) -> StepRun:
+        """Run pgbench for `seconds`, feeding each progress line to `on_progress` as it
+        arrives. Interrupts (KeyboardInterrupt, Interrupted) stop pgbench and propagate."""
+        running = self.start(
+            workload,
+            clients=clients,
+            threads=threads,
+            seconds=seconds,
+            log_prefix=log_prefix,
+            cpus=cpus,
+        )
+        [result] = follow([running], lambda _i, row: on_progress(row))
+        return result
+
+
+@dataclass
+class RunningPgbench:
+    """A launched pgbench whose output has not been read yet."""
+
+    proc: subprocess.Popen[Any]
+    stdout_file: Any
+    stdout_path: Path
+    log_prefix: Path
+    started_us: int
+    seconds: int
+    rows: int = 0
+    error: str | None = None
+    tail: list[str] = field(default_factory=list)
+
+    def finish(self) -> StepRun:
+        # Normal end: pgbench has exited. Interrupt or hang: stop it (SIGINT lets it print
+        # what it can), then kill.
+        stop_process(self.proc, signal.SIGINT, grace_s=5)
+        self.stdout_file.close()
+        summary = parse_summary(self.stdout_path.read_text())
+        error = self.error
+        if error is None and self.proc.returncode != 0:
+            error = (
+                _first_error("\n".join(self.tail)) or f"pgbench exited with {self.proc.returncode}"
+            )
         return StepRun(
-            proc.returncode, summary, error, log_prefix, started_us, ended_us, rows, tail[-20:]
+            self.proc.returncode,
+            summary,
+            error,
+            self.log_prefix,
+            self.started_us,
+            time.time_ns() // 1000,
+            self.rows,
+            self.tail[-20:],
         )
 
-    @staticmethod
-    def _follow(
-        proc: subprocess.Popen[Any],
-        timeout_s: float,
-        on_progress: Callable[[ProgressRow], None],
-        tail: list[str],
-    ) -> tuple[int, str | None]:
-        assert proc.stderr is not None
-        deadline = time.monotonic() + timeout_s
-        rows = 0
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stderr, selectors.EVENT_READ)
-            while True:
+
+def follow(
+    runs: list[RunningPgbench], on_progress: Callable[[int, ProgressRow], None]
+) -> list[StepRun]:
+    """Read several pgbench processes at once until all exit, feeding progress lines as
+    `on_progress(index, row)`. A process silent past its time plus HANG_GRACE_S is stopped.
+    On an interrupt every process is stopped, then the interrupt propagates."""
+    open_pipes = {}
+    with selectors.DefaultSelector() as sel:
+        for index, run in enumerate(runs):
+            assert run.proc.stderr is not None
+            sel.register(run.proc.stderr, selectors.EVENT_READ, index)
+            open_pipes[index] = run
+        deadline = time.monotonic() + max(r.seconds for r in runs) + HANG_GRACE_S
+        try:
+            while open_pipes:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return rows, f"pgbench did not finish within {timeout_s:.0f}s; stopped it"
-                if not sel.select(timeout=min(remaining, 1.0)):
-                    continue
-                line = proc.stderr.readline()
-                if not line:  # EOF: pgbench exited
-                    proc.wait(timeout=30)
-                    return rows, None
-                row = parse_progress(line)
-                if row is not None:
-                    on_progress(row)
-                    rows += 1
-                else:
-                    tail.append(line.rstrip())
-                    del tail[:-50]
+                    for run in open_pipes.values():
+                        run.error = (
+                            f"pgbench did not finish within "
+                            f"{run.seconds + HANG_GRACE_S:.0f}s; stopped it"
+                        )
+                    break
+                for key, _ in sel.select(timeout=min(remaining, 1.0)):
+                    index = key.data
+                    run = open_pipes[index]
+                    line = run.proc.stderr.readline() if run.proc.stderr else ""
+                    if not line:  # EOF: this pgbench exited
+                        sel.unregister(key.fileobj)
+                        run.proc.wait(timeout=30)
+                        del open_pipes[index]
+                        continue
+                    row = parse_progress(line)
+                    if row is not None:
+                        on_progress(index, row)
+                        run.rows += 1
+                    else:
+                        run.tail.append(line.rstrip())
+                        del run.tail[:-50]
+        finally:
+            results = [run.finish() for run in runs]
+    return results
 
 
 def _first_error(stderr: str) -> str:

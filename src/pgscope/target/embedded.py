@@ -137,6 +137,17 @@ class EmbeddedCluster:
         self._write_config()
         self._launch()
 
+    def sibling(self, log_path: Path) -> EmbeddedCluster:
+        """Another cluster like this one (not started): same binaries, account, settings."""
+        return EmbeddedCluster(
+            self.pg, self.run_as, log_path, dict(self.startup_settings), self.work_dir
+        )
+
+    def resume(self) -> None:
+        """Start a stopped cluster again on its data directory."""
+        if not self.is_alive():
+            self._launch()
+
     @classmethod
     def standby_of(cls, primary: EmbeddedCluster, name: str) -> EmbeddedCluster:
         """A streaming standby of `primary` (not started), with its own slot and log."""

@@ -1,0 +1,102 @@
+"""Clusters side by side (pgscope.instances) and CPU pinning (pgscope.cpus) in real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pgscope.runner import split_clients
+from tests.conftest import one_line_error, pgscope
+
+SPEC = """
+workload = "select-only"
+scale = 1
+clients = [2, 4]
+duration = 2
+warmup = 0
+repeats = 1
+order = "sequential"
+[settings]
+shared_buffers = "128MB"
+[variants]
+one = {}
+two = {"pgscope.instances" = 2}
+[collectors]
+"""
+
+
+def test_split_clients_is_even() -> None:
+    assert split_clients(8, 3) == [3, 3, 2]
+    assert split_clients(4, 2) == [2, 2]
+    assert sum(split_clients(7, 4)) == 7
+
+
+def test_two_instances_split_the_load_and_are_torn_down(tmp_path: Path) -> None:
+    spec = tmp_path / "instances.toml"
+    spec.write_text(SPEC)
+    result = pgscope("run", str(spec), "--json", "--results-dir", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    run_dir = Path(doc["run_dir"])
+    assert (run_dir / "server-2.log").is_file()
+    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        shares = db.execute(
+            "SELECT s.clients, list(i.clients ORDER BY i.instance), "
+            "sum(i.pgbench_tps), any_value(s.pgbench_tps) FROM step_instances i "
+            "JOIN steps s USING (step_id) GROUP BY s.clients ORDER BY 1"
+        ).fetchall()
+        per_instance = db.execute(
+            "SELECT s.variant, count(DISTINCT t.instance) FROM timeline t "
+            "JOIN steps s USING (step_id) GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    finally:
+        db.close()
+    assert [(c, split) for c, split, _, _ in shares] == [(2, [1, 1]), (4, [2, 2])]
+    for _, _, instance_sum, total in shares:
+        assert instance_sum == pytest.approx(total), "a step's tps is its instances' sum"
+    assert per_instance == [("one", 1), ("two", 2)]
+    assert all(s["status"] == "ok" and s["tps"] > 0 for s in doc["steps"])
+
+
+def test_too_few_clients_for_the_instances(tmp_path: Path) -> None:
+    spec = tmp_path / "instances.toml"
+    spec.write_text(SPEC.replace("clients = [2, 4]", "clients = [1, 2]"))
+    result = pgscope("run", str(spec), "--results-dir", str(tmp_path / "r"))
+    assert result.returncode == 3
+    assert "splits the load over 2 instances but a step has only 1 clients" in one_line_error(
+        result
+    )
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 usable CPUs")
+def test_pinned_variants_record_their_cpus(tmp_path: Path) -> None:
+    spec = tmp_path / "cpus.toml"
+    spec.write_text(SPEC.replace('two = {"pgscope.instances" = 2}', 'two = {"pgscope.cpus" = 1}'))
+    result = pgscope("run", str(spec), "--json", "--results-dir", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    run_dir = Path(json.loads(result.stdout)["run_dir"])
+    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        pins = [
+            d
+            for (d,) in db.execute(
+                "SELECT detail FROM events WHERE kind = 'pin' ORDER BY ts_us"
+            ).fetchall()
+        ]
+    finally:
+        db.close()
+    first = min(os.sched_getaffinity(0))
+    assert pins[0].startswith(f"server on CPUs [{first}], pgbench on [")
+
+
+def test_pinning_more_cpus_than_the_host_has_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "cpus.toml"
+    spec.write_text(SPEC.replace('two = {"pgscope.instances" = 2}', 'two = {"pgscope.cpus" = 999}'))
+    result = pgscope("run", str(spec), "--results-dir", str(tmp_path / "r"))
+    assert result.returncode == 4
+    assert "pins the server to 999 CPUs but this host lets pgscope use" in one_line_error(result)
