@@ -91,6 +91,22 @@ def semaphore(pid: int, binary: Path, probe: str) -> int:
     raise AssertionError(f"PID {pid} does not map {binary}")
 
 
+def foreign_tracers() -> list[int]:
+    """bpftrace processes on the host that this test session did not start."""
+    mark = f"PGSCOPE_TEST_SESSION={os.environ['PGSCOPE_TEST_SESSION']}".encode()
+    found = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if (
+                comm.read_text().strip() == "bpftrace"
+                and mark not in (comm.parent / "environ").read_bytes()
+            ):
+                found.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture
 def other_cluster(pg: PgBinaries, tmp_path: Path) -> Iterator[EmbeddedCluster]:
     """Another engineer's cluster, running the same binary."""
@@ -288,10 +304,11 @@ def test_traces_backends_that_start_later_and_nothing_of_another_cluster(
             session.execute(
                 "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 0)"
             )
-    # sessions open across the whole trace: the semaphores must be back to 0 afterwards
+    # sessions open across the whole trace: their semaphores must come back down afterwards
     lingering = [cluster.conn.connect(), other_cluster.conn.connect()]
     lingering_pids = [int(s.execute("SELECT pg_backend_pid()").fetchone()[0]) for s in lingering]
-    assert all(semaphore(pid, binary, "lock__wait__start") == 0 for pid in lingering_pids)
+    before = [semaphore(pid, binary, "lock__wait__start") for pid in lingering_pids]
+    quiet_before = not foreign_tracers()
     seen: dict[str, Any] = {}
 
     def workload() -> None:
@@ -345,8 +362,13 @@ def test_traces_backends_that_start_later_and_nothing_of_another_cluster(
     # how it works: the kernel raised the semaphores in every process mapping the binary,
     # the late backend and the other cluster's alike (the predicate kept the latter out) ...
     assert seen["late_semaphore"] >= 1 and seen["other_semaphore"] >= 1, seen
-    # ... and dropped them when the trace ended
-    assert all(semaphore(pid, binary, "lock__wait__start") == 0 for pid in lingering_pids)
+    # ... and lowered them when the trace ended. Anyone else tracing these probes on the
+    # host raises them too (they are host-wide): compare only when nobody else was tracing.
+    after = [semaphore(pid, binary, "lock__wait__start") for pid in lingering_pids]
+    if quiet_before and not foreign_tracers():
+        assert after == before, (before, after)
+    else:
+        print(f"other bpftrace processes on the host: semaphores {before} -> {after} unchecked")
     for session in lingering:
         session.close()
 

@@ -194,7 +194,7 @@ def local_server_for(conn: ConnParams) -> LocalServer | None:
             lines = (data_dir / "postmaster.pid").read_text().splitlines()
         except OSError:
             continue
-        if len(lines) < 4 or lines[0].strip() != str(pid):
+        if len(lines) < 4 or lines[0].strip() != str(pid) or not lines[2].strip().isdigit():
             continue
         if lines[3].strip() == str(port) and abs(int(lines[2]) - started) <= 1:
             try:
@@ -323,8 +323,8 @@ class UsdtCollector(Collector):
         "static probes, aggregated in the kernel by bpftrace"
     )
     cost = (
-        "two uprobe traps per LWLock/lock wait and per buffer a checkpoint writes; io: "
-        "tens per transaction; see docs/benchmarks.md"
+        "two uprobe traps per LWLock or lock wait, three per buffer a checkpoint writes; "
+        "io: tens per transaction; see docs/benchmarks.md"
     )
     default_in_runs = True
     Options = UsdtOptions
