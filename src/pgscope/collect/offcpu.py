@@ -378,13 +378,13 @@ class OffCpuCollector(Collector):
         return verdict
 
     def start(self, ctx: CollectorContext) -> None:
+        self.segment: _Segment | None = None  # first: stop() must work whatever fails next
         bpftrace = bpftrace_binary()
         if bpftrace is None:
             raise CollectorError("bpftrace not found in PATH")
         self.bpftrace = bpftrace
         self.ctx = ctx
         ctx.store.ensure_schema(PROFILE_SCHEMA)
-        self.segment: _Segment | None = None
         self.in_steps = False
         self._begin(None)
 

@@ -561,6 +561,7 @@ class PerfCollector(Collector):
         return check_profiling(env, "perf", perf_binary())
 
     def start(self, ctx: CollectorContext) -> None:
+        self.segment: _Segment | None = None  # first: stop() must work whatever fails next
         assert isinstance(self.options, PerfOptions)
         perf = perf_binary()
         if perf is None:
@@ -568,7 +569,6 @@ class PerfCollector(Collector):
         self.perf = perf
         self.ctx = ctx
         ctx.store.ensure_schema(PROFILE_SCHEMA)
-        self.segment: _Segment | None = None
         self.in_steps = False
         self._begin(None)  # the session's recording, replaced by steps in a run
 
