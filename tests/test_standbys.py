@@ -84,3 +84,41 @@ def test_standbys_are_refused_on_a_users_server(tmp_path: Path) -> None:
     )
     assert result.returncode == 6
     assert "standbys are started by pgscope" in one_line_error(result)
+
+
+def test_ctrl_c_with_standbys_running_leaves_nothing(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import pgscope_temp_dirs, server_processes
+
+    (tmp_path / "schema.sql").write_text(
+        "create table test(id serial primary key, info text, crt_time timestamp);\n"
+    )
+    (tmp_path / "insert.sql").write_text("insert into test(info) values (null);\n")
+    spec = tmp_path / "syncrep.toml"
+    spec.write_text(SYNCREP.replace("duration = 2", "duration = 30"))
+    before_procs, before_dirs = server_processes(), pgscope_temp_dirs()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgscope", "run", str(spec), "--results-dir", str(tmp_path / "r")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the first step is under way
+        line = proc.stderr.readline()
+        if "standbys" in line:
+            break
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    time.sleep(1)
+    assert server_processes() - before_procs == set(), "no primary, standby or pgbench left"
+    assert pgscope_temp_dirs() - before_dirs == set(), "no cluster directory left"
+    [run_dir] = list((tmp_path / "r").iterdir())
+    assert (run_dir / "standby-s1.log").is_file()

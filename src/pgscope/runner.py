@@ -14,6 +14,7 @@ import os
 import random
 import secrets
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,14 +47,15 @@ from pgscope.errors import (
     TargetError,
 )
 from pgscope.host import describe_host, usable_cores
-from pgscope.proc import RunAs, server_account
-from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, Spec, setting_text
+from pgscope.proc import RunAs, server_account, spawn, stop_process
+from pgscope.spec import DEFINE_PREFIX, WRITE_WORKLOADS, LoadedSpec, Spec, setting_text
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.introspect import non_default_settings, server_version
 from pgscope.target.pgbin import PgBinaries, find_binaries
 from pgscope.target.server import ExistingServer
+from pgscope.target.serverlog import checkpoint_events
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,16 @@ def variant_cpus(spec: Spec, variant: str) -> int | None:
     """How many CPUs the variant pins the server to (`pgscope.cpus`), if any."""
     value = {**spec.settings, **spec.variants[variant]}.get("pgscope.cpus")
     return int(value) if value is not None else None
+
+
+def variant_defines(spec: Spec, variant: str) -> tuple[tuple[str, str], ...]:
+    """pgbench variables of a variant (`pgscope.define.NAME`), as -D pairs."""
+    merged = {**spec.settings, **spec.variants[variant]}
+    return tuple(
+        (key[len(DEFINE_PREFIX) :], setting_text(value))
+        for key, value in sorted(merged.items())
+        if key.startswith(DEFINE_PREFIX)
+    )
 
 
 def variant_instances(spec: Spec, variant: str) -> int:
@@ -305,6 +317,7 @@ def execute(
         store.finish_run("failed", str(exc) or type(exc).__name__)
         store.close()
         raise
+    _ingest_server_log(store, run_dir / "server.log")
     status = _final_status(store, error)
     store.finish_run(status, str(error) if error else None)
     store.close()
@@ -338,6 +351,22 @@ def _start_cluster(
     for variant in ctx.spec.variants:
         cluster.validate_settings(effective_settings(ctx.spec, variant), f"variant {variant!r}")
     return cluster
+
+
+def _ingest_server_log(store: RunStore, log: Path) -> None:
+    """Checkpoint starts and ends from the embedded server's log, as events of the step
+    they fall in (none for a user's server: pgscope does not read its log)."""
+    windows = store.query("SELECT step_id, started_us, ended_us FROM steps")
+    for event in checkpoint_events(log):
+        step_id = next(
+            (
+                w["step_id"]
+                for w in windows
+                if w["started_us"] <= event.ts_us <= (w["ended_us"] or event.ts_us)
+            ),
+            None,
+        )
+        store.add_event(event.kind, event.detail, step_id, ts_us=event.ts_us)
 
 
 def _check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool) -> None:
@@ -399,7 +428,7 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
     init_sql = ctx.loaded.init_sql_path()
     if init_sql is not None:
         reporter.phase(f"running {init_sql.name}")
-        _run_init_sql(conn, init_sql)
+        _run_init_sql(ctx.pgbench.pg, conn, init_sql)
         store.add_event("init", f"init_sql {init_sql}")
 
     cluster = ctx.cluster
@@ -413,7 +442,7 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         server_version_num=version_num,
         say=reporter.phase,
     )
-    workload = Workload(spec.workload, tuple(ctx.loaded.scripts()), spec.protocol)
+    scripts = tuple(ctx.loaded.scripts())
     started = False
     pinned: set[int] | None = None
     seconds = math.ceil(spec.warmup + spec.duration)
@@ -427,7 +456,8 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
                 store.add_event("restart", f"variant {step.variant}", step.step_id)
                 if ctx.standbys:  # synchronous commits would wait for them to reconnect
                     cluster.wait_streaming([s.standby_name for s in ctx.standbys])
-                ctx.collectors.target_restarted()
+                if started:  # collectors not yet started have nothing to re-attach
+                    ctx.collectors.target_restarted()
         server_cpus, bench_cpus = cpu_split(variant_cpus(spec, step.variant), ctx.cpu_list)
         if cluster is not None and server_cpus != pinned:
             cluster.pin(server_cpus)
@@ -471,6 +501,9 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         info = StepInfo(step.step_id, step.variant, step.clients, step.repeat)
         ctx.collectors.step_started(info)
         try:
+            workload = Workload(
+                spec.workload, scripts, spec.protocol, variant_defines(spec, step.variant)
+            )
             ok = _run_one_step(ctx, step, workload, seconds, bench_cpus, drivers)
         finally:
             ctx.collectors.step_finished(info)
@@ -510,7 +543,7 @@ def _activate_instances(ctx: RunContext, step: PlannedStep) -> list[Pgbench]:
             driver.initialise(ctx.spec.scale, allow_writes=True)
         init_sql = ctx.loaded.init_sql_path()
         if init_sql is not None:
-            _run_init_sql(instance.conn, init_sql)
+            _run_init_sql(ctx.pgbench.pg, instance.conn, init_sql)
         ctx.store.add_event("instance", f"instance {number} started and initialised", step.step_id)
     drivers = []
     for index, instance in enumerate(ctx.instances):
@@ -637,13 +670,29 @@ def _run_one_step(
     return error is None
 
 
-def _run_init_sql(conn: ConnParams, path: Path) -> None:
-    import psycopg
-
-    with conn.connect() as session:
-        try:
-            # No parameters: psycopg sends it with the simple protocol, so a file may hold
-            # several statements.
-            session.execute(path.read_text().encode())
-        except psycopg.Error as exc:
-            raise TargetError(f"init_sql {path}: {exc.diag.message_primary or exc}") from None
+def _run_init_sql(pg: PgBinaries, conn: ConnParams, path: Path) -> None:
+    """Run a SQL file with psql: statement by statement (VACUUM and CREATE INDEX
+    CONCURRENTLY cannot run in the one transaction a multi-statement query would be), with
+    psql's own parsing of quoting and meta-commands, stopping at the first error."""
+    argv = [
+        str(pg.path("psql")),
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-f",
+        str(path),
+        conn.conninfo(),
+    ]
+    proc = spawn(argv, env=conn.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=3600)
+    except BaseException:
+        stop_process(proc, signal.SIGINT, grace_s=5)
+        raise
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+        reason = next((ln for ln in lines if "ERROR" in ln or "FATAL" in ln), None)
+        if reason is None:
+            reason = lines[-1] if lines else f"psql exited with {proc.returncode}"
+        raise TargetError(f"init_sql failed: {reason}")

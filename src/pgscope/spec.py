@@ -15,9 +15,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from pgscope.errors import InputFileError, SpecError
+from pgscope.errors import EnvironmentProblem, InputFileError, SpecError
 
 BUILTIN_WORKLOADS = ("select-only", "tpcb-like", "simple-update")
 # Builtins that modify data: refused on a user's server without --allow-writes.
@@ -32,6 +39,9 @@ PGSCOPE_KEYS = {
     "pgscope.instances": "run this many clusters side by side, each with the same data and "
     "settings, and split each step's clients between them",
 }
+# `pgscope.define.NAME = value` in settings or a variant: pgbench -D NAME=value (a variable
+# the scripts read as :NAME).
+DEFINE_PREFIX = "pgscope.define."
 
 
 @dataclass(frozen=True)
@@ -53,12 +63,20 @@ class ScriptRef:
             weight = int(weight_text)
             if weight < 1:
                 raise SpecError(f"script {text!r}: weight must be an integer >= 1")
-        path = Path(os.path.expanduser(name))
-        if not path.is_absolute():
-            path = base_dir / path
+        path = bundled_or(Path(os.path.expanduser(name)), base_dir)
         if not path.is_file():
             raise InputFileError(f"script {name}: no such file (looked in {path.parent})")
         return cls(path.resolve(), weight)
+
+
+def bundled_or(path: Path, base_dir: Path) -> Path:
+    """`path` against `base_dir`; a bare file name missing there may be one of the scripts
+    bundled with the recipes (`pgscope recipes --scripts` lists them)."""
+    resolved = path if path.is_absolute() else base_dir / path
+    bundled = _recipes_dir() / "scripts" / path.name
+    if not resolved.exists() and path.name == str(path) and bundled.is_file():
+        return bundled
+    return resolved
 
 
 def _one_base_variant() -> dict[str, dict[str, SettingValue]]:
@@ -104,6 +122,11 @@ class Spec(BaseModel):
     # Local streaming standbys of the embedded primary, named s1, s2, ... (for synchronous
     # replication: synchronous_standby_names = "FIRST 1 (s1, s2)" in settings or variants).
     standbys: Annotated[int, Field(ge=0, le=8)] = 0
+    # The variant the others are compared with (default: the first).
+    baseline: str | None = None
+    # Variants cpus-K pinning the server to K CPUs, added to the declared ones: a list of K,
+    # or "auto" (1 .. the usable CPUs). Needs at least 2 usable CPUs.
+    cpu_sweep: list[Annotated[int, Field(ge=1)]] | Literal["auto"] | None = None
     # SQL at known times into every step (warm-up included in `at`): [{at = 10, sql = "..."}].
     actions: list[StepAction] = Field(default_factory=list)
 
@@ -129,6 +152,15 @@ class Spec(BaseModel):
                 raise ValueError(f"variant name {name!r} must be a simple word")
             _check_pgscope_keys(settings, f"variant {name!r}")
         return value
+
+    @model_validator(mode="after")
+    def _baseline_is_a_variant(self) -> Spec:
+        if self.baseline is not None and self.baseline not in self.variants:
+            raise ValueError(
+                f"baseline {self.baseline!r} is not one of the variants "
+                f"({', '.join(self.variants)})"
+            )
+        return self
 
     @field_validator("settings")
     @classmethod
@@ -170,8 +202,14 @@ def _check_pgscope_keys(settings: dict[str, SettingValue], where: str) -> None:
     for key, value in settings.items():
         if not key.startswith("pgscope."):
             continue
+        if key.startswith(DEFINE_PREFIX):
+            name = key[len(DEFINE_PREFIX) :]
+            if not name.isidentifier():
+                raise ValueError(f"{where}: {key}: {name!r} is not a pgbench variable name")
+            continue
         if key not in PGSCOPE_KEYS:
-            raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(PGSCOPE_KEYS)})")
+            known = ", ".join([*PGSCOPE_KEYS, f"{DEFINE_PREFIX}NAME"])
+            raise ValueError(f"{where}: unknown key {key!r} (known: {known})")
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{where}: {key} must be a whole number >= 1, got {value!r}")
 
@@ -209,9 +247,7 @@ class LoadedSpec:
     def init_sql_path(self) -> Path | None:
         if self.spec.init_sql is None:
             return None
-        path = Path(os.path.expanduser(self.spec.init_sql))
-        if not path.is_absolute():
-            path = self.base_dir / path
+        path = bundled_or(Path(os.path.expanduser(self.spec.init_sql)), self.base_dir)
         if not path.is_file():
             raise InputFileError(f"init_sql {self.spec.init_sql}: no such file")
         return path.resolve()
@@ -302,6 +338,8 @@ def load_spec(
     quick_table = raw.pop("quick", {})
     if not isinstance(quick_table, dict):
         raise SpecError(f"{source}: field 'quick' must be a table")
+    if raw.get("cpu_sweep") is not None:
+        _add_cpu_variants(raw, source, override_flags or {})
     if "scripts" in raw and "workload" not in raw:
         # TOML has no null: a spec that names scripts and no workload means the scripts only.
         raw["workload"] = None
@@ -325,6 +363,47 @@ def load_spec(
     return loaded
 
 
+def sweep_counts(cores: int) -> list[int]:
+    """1 .. cores: every count up to 8, doubling beyond, and the core count itself."""
+    counts = {k for k in range(1, min(cores, 8) + 1)}
+    k = 16
+    while k < cores:
+        counts.add(k)
+        k *= 2
+    counts.add(cores)
+    return sorted(counts)
+
+
+def _add_cpu_variants(raw: dict[str, Any], source: str, flags: dict[str, str]) -> None:
+    """Expand `cpu_sweep` into variants cpus-K (checked against this host's CPUs now: a sweep
+    the host cannot run is a missing prerequisite, said before anything starts)."""
+    from pgscope.host import usable_cores
+
+    cores = usable_cores()
+    sweep = raw["cpu_sweep"]
+    where = flags.get("cpu_sweep", f"{source}: cpu_sweep")
+    if sweep == "auto":
+        if cores < 2:
+            raise EnvironmentProblem(
+                f"{where}: a CPU sweep needs at least 2 usable CPUs; "
+                f"this host lets pgscope use {cores}"
+            )
+        counts = sweep_counts(cores)
+    elif isinstance(sweep, list) and all(isinstance(k, int) for k in sweep):
+        counts = sorted(set(sweep))
+        if counts and counts[-1] > cores:
+            raise EnvironmentProblem(
+                f"{where}: pins to {counts[-1]} CPUs but this host lets pgscope use {cores}"
+            )
+    else:
+        return  # let validation name the problem
+    declared = raw.get("variants")
+    variants = dict(declared) if isinstance(declared, dict) else {}
+    for k in counts:
+        variants[f"cpus-{k}"] = {"pgscope.cpus": k}
+    raw["variants"] = variants
+
+
 def parse_client_list(text: str) -> list[int]:
     """`--clients 1,2,4-8` -> [1, 2, 4, 5, 6, 7, 8]. Ranges are inclusive."""
     counts: list[int] = []
@@ -345,6 +424,18 @@ def parse_client_list(text: str) -> list[int]:
     if not counts:
         raise SpecError(f"--clients {text!r}: no client counts given")
     return counts
+
+
+def parse_action(text: str) -> dict[str, Any]:
+    """`--action 20:CHECKPOINT` -> {"at": 20.0, "sql": "CHECKPOINT"}."""
+    at, sep, sql = text.partition(":")
+    try:
+        seconds = float(at)
+    except ValueError:
+        seconds = -1.0
+    if not sep or not sql.strip() or seconds < 0:
+        raise SpecError(f"--action {text!r}: expected SECONDS:SQL, e.g. 20:CHECKPOINT")
+    return {"at": seconds, "sql": sql.strip()}
 
 
 def parse_setting(text: str, flag: str = "--set") -> tuple[str, str]:

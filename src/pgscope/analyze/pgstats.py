@@ -40,11 +40,15 @@ class StepStats:
     variant: str
     clients: int
     xacts: int
+    seconds: float  # between the two boundary snapshots
     wal_bytes: float
     wal_fpi: float
     wal_records: float
     checkpoints: float
     buffers_backend: float
+    commits: float
+    rows_inserted: float
+    log_bytes: float | None  # None: no server log directory to measure
 
     @property
     def wal_bytes_per_xact(self) -> float | None:
@@ -54,21 +58,37 @@ class StepStats:
     def fpi_per_xact(self) -> float | None:
         return self.wal_fpi / self.xacts if self.xacts else None
 
+    @property
+    def rows_per_commit(self) -> float | None:
+        return self.rows_inserted / self.commits if self.commits else None
+
+    @property
+    def log_bytes_per_s(self) -> float | None:
+        if self.log_bytes is None or self.seconds <= 0:
+            return None
+        return self.log_bytes / self.seconds
+
     def to_json(self) -> dict[str, Any]:
         return {
             **self.__dict__,
             "wal_bytes_per_xact": self.wal_bytes_per_xact,
             "fpi_per_xact": self.fpi_per_xact,
+            "rows_per_commit": self.rows_per_commit,
+            "log_bytes_per_s": self.log_bytes_per_s,
         }
 
 
-_STEP_COUNTERS: dict[str, tuple[str, str | tuple[str, ...]]] = {
+_STEP_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "wal_bytes": ("pg_stat_wal", ("wal_bytes",)),
     "wal_fpi": ("pg_stat_wal", ("wal_fpi",)),
     "wal_records": ("pg_stat_wal", ("wal_records",)),
     "checkpoints": ("pg_stat_bgwriter", ("checkpoints_req", "checkpoints_timed")),
     "buffers_backend": ("pg_stat_bgwriter", ("buffers_backend",)),
+    "commits": ("pg_stat_database", ("xact_commit",)),
+    "rows_inserted": ("pg_stat_database", ("tup_inserted",)),
+    "log_bytes": ("pg_ls_logdir", ("bytes",)),
 }
+OPTIONAL = {"log_bytes"}  # measured only where the server writes a log directory
 
 
 def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
@@ -78,11 +98,13 @@ def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
         return []
     out = []
     steps = db.execute(
-        "SELECT s.step_id, s.variant, s.clients, sum(l.xacts) FROM steps s "
-        "JOIN latency_seconds l USING (step_id) GROUP BY ALL ORDER BY s.step_id"
+        "SELECT s.step_id, s.variant, s.clients, sum(l.xacts), "
+        "(SELECT (max(ts_us) - min(ts_us)) / 1e6 FROM pgstats_counters c "
+        " WHERE c.step_id = s.step_id) "
+        "FROM steps s JOIN latency_seconds l USING (step_id) GROUP BY ALL ORDER BY s.step_id"
     ).fetchall()
-    for step_id, variant, clients, xacts in steps:
-        values = {}
+    for step_id, variant, clients, xacts, seconds in steps:
+        values: dict[str, float | None] = {}
         for key, (source, counters) in _STEP_COUNTERS.items():
             row = db.execute(
                 "SELECT sum(value) FILTER (WHERE mark = 'end') - "
@@ -90,11 +112,19 @@ def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
                 "WHERE step_id = ? AND source = ? AND list_contains(?, counter)",
                 [step_id, source, list(counters)],
             ).fetchone()
-            if row is None or row[0] is None:
-                break  # no boundary snapshots for this step (it failed, or an older store)
-            values[key] = float(row[0])
-        else:
-            out.append(
-                StepStats(int(step_id), str(variant), int(clients), int(xacts or 0), **values)
+            values[key] = float(row[0]) if row and row[0] is not None else None
+        required = {k: v for k, v in values.items() if k not in OPTIONAL and v is not None}
+        if len(required) < len(_STEP_COUNTERS) - len(OPTIONAL):
+            continue  # no boundary snapshots for this step (it failed, or an older store)
+        out.append(
+            StepStats(
+                int(step_id),
+                str(variant),
+                int(clients),
+                int(xacts or 0),
+                float(seconds or 0.0),
+                log_bytes=values["log_bytes"],
+                **required,
             )
+        )
     return out

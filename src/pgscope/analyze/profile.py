@@ -129,10 +129,7 @@ def load_profile(
 
 
 def _has_profiles(store: RunStore) -> bool:
-    rows = store.query(
-        "SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'profile_stacks'"
-    )
-    return bool(rows[0]["n"])
+    return store.has_table("profile_stacks")
 
 
 @dataclass(frozen=True)

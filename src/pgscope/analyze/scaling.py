@@ -70,7 +70,9 @@ def _mean(values: list[float | None]) -> float | None:
     return statistics.fmean(present) if present else None
 
 
-def summarise(steps: list[dict[str, Any]]) -> list[Cell]:
+def summarise(steps: list[dict[str, Any]], variant_order: list[str] | None = None) -> list[Cell]:
+    """One cell per (variant, clients), in the spec's order of variants (the steps ran in a
+    random one)."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for step in steps:
         groups[(step["variant"], step["clients"])].append(step)
@@ -94,16 +96,19 @@ def summarise(steps: list[dict[str, Any]]) -> list[Cell]:
                 _mean([s["p99_ms"] for s in good]),
             )
         )
-    order = {v: i for i, v in enumerate(dict.fromkeys(s["variant"] for s in steps))}
+    names = list(dict.fromkeys([*(variant_order or []), *(s["variant"] for s in steps)]))
+    order = {v: i for i, v in enumerate(names)}
     return sorted(cells, key=lambda c: (order[c.variant], c.clients))
 
 
-def analyse(steps: list[dict[str, Any]], *, bootstrap: int = 500) -> ScalingAnalysis:
+def analyse(
+    steps: list[dict[str, Any]], *, bootstrap: int = 500, variant_order: list[str] | None = None
+) -> ScalingAnalysis:
     """Cells, and a USL fit per variant over every successful repeat."""
-    cells = summarise(steps)
+    cells = summarise(steps, variant_order)
     fits: dict[str, UslFit] = {}
     errors: dict[str, str] = {}
-    for variant in dict.fromkeys(s["variant"] for s in steps):
+    for variant in dict.fromkeys(c.variant for c in cells):
         good = [
             s
             for s in steps

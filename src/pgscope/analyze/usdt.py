@@ -13,14 +13,13 @@ from typing import Any
 
 import duckdb
 
+from pgscope.store import table_exists
+
 TABLES = ("usdt_seconds", "usdt_latency", "usdt_latency_hist", "usdt_counters")
 
 
 def has_usdt(db: duckdb.DuckDBPyConnection) -> bool:
-    row = db.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'usdt_seconds'"
-    ).fetchone()
-    return bool(row and row[0])
+    return table_exists(db, "usdt_seconds")
 
 
 def _window(start_us: int | None, end_us: int | None, column: str = "second_us") -> str:

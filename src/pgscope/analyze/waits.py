@@ -412,3 +412,20 @@ def analyse(
         sampler_rate(db),
         compare_with_pgws(db, start_us, end_us),
     )
+
+
+def backend_cpu_aas(
+    db: duckdb.DuckDBPyConnection, backend_type: str
+) -> dict[tuple[str, int], float]:
+    """Per (variant, clients): average number of `backend_type` processes on CPU (e.g. how
+    busy the walsenders are), over the steps' measured windows."""
+    if not has_samples(db):
+        return {}
+    rows = db.execute(
+        "SELECT s.variant, s.clients, count(*) FILTER (WHERE a.backend_type = ? AND "
+        "a.wait_event_type IS NULL AND a.state IS DISTINCT FROM 'idle') / "
+        "count(DISTINCT a.sample_no) FROM activity_samples a JOIN steps s "
+        "ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us GROUP BY ALL",
+        [backend_type],
+    ).fetchall()
+    return {(str(v), int(c)): float(a) for v, c, a in rows}

@@ -152,6 +152,13 @@ def run(
         Path,
         typer.Option("--results-dir", help="Where run folders are written ($PGSCOPE_RESULTS)."),
     ] = DEFAULT_RESULTS,
+    action: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="SQL run AT seconds into every step, as AT:SQL (e.g. '20:CHECKPOINT'); "
+            "repeatable; replaces the spec's actions.",
+        ),
+    ] = None,
     collectors: Annotated[
         str | None,
         typer.Option(
@@ -189,7 +196,7 @@ def run(
     from pgscope.render.console import ConsoleReporter, print_summary
     from pgscope.render.json_doc import run_document
     from pgscope.runner import RunOptions, execute
-    from pgscope.spec import load_spec, parse_client_list, parse_setting
+    from pgscope.spec import load_spec, parse_action, parse_client_list, parse_setting
 
     overrides: dict[str, Any] = {}
     flags: dict[str, str] = {}
@@ -211,6 +218,8 @@ def run(
     override("workload", "--workload", workload)
     override("protocol", "--protocol", protocol)
     override("order", "--order", order)
+    if action:
+        override("actions", "--action", [parse_action(a) for a in action])
     if no_collectors:
         override("collectors", "--no-collectors", {})
     elif collectors is not None:

@@ -7,7 +7,6 @@ reason (table `collectors`), and the run goes on without it.
 from __future__ import annotations
 
 import contextlib
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +31,7 @@ class CollectorSet:
         self.store = store
         self.say = say
         self.active: list[Collector] = []
+        self.started = False
         self.unavailable: dict[str, str] = {}
         for name, options in selection.items():
             cls = registry()[name]
@@ -56,6 +56,7 @@ class CollectorSet:
         return merged
 
     def start(self, ctx: CollectorContext) -> None:
+        self.started = True
         for collector in list(self.active):
             try:
                 collector.start(ctx)
@@ -101,11 +102,13 @@ class CollectorSet:
     def stop(self) -> None:
         """Stop every collector; never raises."""
         for collector in self.active:
+            if not self.started:  # the run ended before collection began
+                self.store.collector_stopped(collector.name, "not started", None)
+                continue
             try:
                 error = collector.stop()
             except Exception as exc:  # a bug in the collector: keep the run's data anyway
                 error = f"stop raised {_describe(exc)}"
-                traceback.print_exc()
             self.store.collector_stopped(collector.name, "failed" if error else "complete", error)
             if error:
                 self.say(f"collector {collector.name}: {error}")

@@ -59,6 +59,14 @@ FROM pg_stat_replication r
 """
 
 
+# The server log's size, where the logging collector writes one (else this query fails, and
+# is not asked again until the server restarts).
+LOGDIR_SQL = (
+    "SELECT 'pg_ls_logdir', NULL, json_build_object('bytes', coalesce(sum(size), 0))::text "
+    "FROM pg_ls_logdir()"
+)
+
+
 class PgstatsOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -96,6 +104,10 @@ class PgstatsCollector(PollingCollector):
         self.reconnect_s = self.options.reconnect_s
         self.snapshots = 0
         self.boundary_store = ctx.store  # the main thread's own handle
+        self.logdir = True  # until pg_ls_logdir() says there is none
+
+    def target_restarted(self) -> None:
+        self.logdir = True  # settings changed: the logging collector may be on now
 
     def step_started(self, step: StepInfo) -> None:
         self._boundary(step, "start")
@@ -124,14 +136,23 @@ class PgstatsCollector(PollingCollector):
             if stopping:
                 return  # that was the final snapshot: the last step's window has an end
 
-    @staticmethod
+    def _rows(self, session: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        rows = session.execute(SNAPSHOT_SQL, prepare=True).fetchall()
+        if self.logdir:
+            try:
+                rows += session.execute(LOGDIR_SQL).fetchall()
+            except (psycopg.errors.UndefinedFile, psycopg.errors.InsufficientPrivilege):
+                self.logdir = False  # no log directory (logging collector off), or no right
+        return rows
+
     def _snapshot(
+        self,
         session: psycopg.Connection[Any],
         store: RunStore,
         step_id: int | None = None,
         mark: str | None = None,
     ) -> None:
-        rows = session.execute(SNAPSHOT_SQL, prepare=True).fetchall()
+        rows = self._rows(session)
         ts_us = now_us()
         columns: dict[str, list[Any]] = {
             k: [] for k in ("ts_us", "source", "object", "counter", "value", "step_id", "mark")

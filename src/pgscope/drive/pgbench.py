@@ -92,6 +92,7 @@ class Workload:
     builtin: str | None
     scripts: tuple[ScriptRef, ...]
     protocol: str
+    defines: tuple[tuple[str, str], ...] = ()  # pgbench -D NAME=VALUE
 
     def args(self) -> list[str]:
         args = ["-M", self.protocol]
@@ -99,6 +100,8 @@ class Workload:
             args += ["-b", self.builtin]
         for script in self.scripts:
             args += ["-f", script.pgbench_arg()]
+        for name, value in self.defines:
+            args += ["-D", f"{name}={value}"]
         return args
 
 

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from pgscope.analyze.run import RunResult
 from pgscope.drive.pgbench import LatencyStats, ProgressRow
+from pgscope.render.variants import print_variants
 from pgscope.render.waits import print_waits
 from pgscope.runner import PlannedStep
 
@@ -145,10 +146,14 @@ def print_summary(console: Console, result: RunResult) -> None:
             console.print(f"[bold]model:[/bold] {fit.describe()}", highlight=False)
             for warning in fit.warnings:
                 console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-        elif variant in result.scaling.fit_errors:
+        elif (
+            variant in result.scaling.fit_errors
+            and len({c.clients for c in result.scaling.cells if c.variant == variant}) > 1
+        ):  # one client count is a comparison recipe, not a scalability sweep
             console.print(
                 f"[yellow]no model:[/yellow] {result.scaling.fit_errors[variant]}", highlight=False
             )
+    print_variants(console, result)
     if result.waits is not None:
         print_waits(console, result.waits, result.scaling.variants())
     print_collectors(console, result)

@@ -63,6 +63,9 @@ def run_document(result: RunResult) -> dict[str, Any]:
         "fit_errors": result.scaling.fit_errors,
         "waits": result.waits.to_json() if result.waits is not None else None,
         "counters": [c.to_json() for c in result.counters],
+        "comparisons": [c.to_json() for c in result.comparisons],
+        "dips": [d.to_json() for d in result.dips],
+        "evidence": [e.to_json() for e in result.evidence],
         "collectors": result.collectors,
         "collector_gaps": result.gaps,
     }

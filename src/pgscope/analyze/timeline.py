@@ -1,0 +1,111 @@
+"""Events on the timeline: what an action (a CHECKPOINT, say) does to throughput.
+
+For each step with an action, or a checkpoint the server started by itself (from its log):
+the throughput before it (median of the per-second tps over
+the 10 s before, warm-up excluded), the dip after it (the lowest second within 20 s, as a
+share of that), how long throughput took to come back to 90% of it, and, where the `pgstats`
+collector ran, WAL bytes and full-page images per second before and after. Pure functions of
+the store.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from pgscope.analyze.pgstats import rates
+from pgscope.store import table_exists
+
+BEFORE_S = 10.0
+AFTER_S = 20.0
+RECOVERED = 0.9
+
+
+@dataclass(frozen=True)
+class Dip:
+    step_id: int
+    variant: str
+    clients: int
+    action: str
+    action_us: int
+    tps_before: float
+    tps_lowest: float
+    lowest_after_s: float  # seconds from the action to the lowest second
+    recovered_after_s: float | None  # to 90% of tps_before; None: not within the step
+    fpi_per_s_before: float | None
+    fpi_per_s_after: float | None
+    wal_bytes_per_s_before: float | None
+    wal_bytes_per_s_after: float | None
+
+    @property
+    def depth_pct(self) -> float:
+        return (1 - self.tps_lowest / self.tps_before) * 100 if self.tps_before else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "depth_pct": self.depth_pct}
+
+
+def _mean_in(series: list[tuple[int, float]], start: int, end: int) -> float | None:
+    values = [v for t, v in series if start < t <= end]
+    return statistics.fmean(values) if values else None
+
+
+def dips(db: duckdb.DuckDBPyConnection) -> list[Dip]:
+    # Actions, and checkpoints the server started by itself (time or WAL volume): an
+    # immediate checkpoint is pgscope's own (before each step) or an action's, already listed.
+    actions = db.execute(
+        "SELECT e.step_id, e.ts_us, CASE e.kind WHEN 'action' THEN e.detail "
+        "ELSE 'checkpoint (' || split_part(e.detail, ' ', 1) || ')' END, "
+        "s.variant, s.clients, s.started_us, s.warmup_s "
+        "FROM events e JOIN steps s USING (step_id) WHERE (e.kind = 'action' "
+        "AND e.detail NOT LIKE '%not run%') OR (e.kind = 'checkpoint-start' "
+        "AND e.detail NOT LIKE '%immediate%' AND e.detail NOT LIKE '%shutdown%' "
+        "AND e.detail NOT LIKE '%end-of-recovery%') ORDER BY e.ts_us"
+    ).fetchall()
+    if not actions:
+        return []
+    have_counters = table_exists(db, "pgstats_counters")
+    fpi = rates(db, "pg_stat_wal", "wal_fpi") if have_counters else []
+    wal = rates(db, "pg_stat_wal", "wal_bytes") if have_counters else []
+    out = []
+    for step_id, action_us, detail, variant, clients, started_us, warmup_s in actions:
+        seconds = db.execute(
+            "SELECT ts_us, sum(tps) FROM timeline WHERE step_id = ? GROUP BY ts_us ORDER BY ts_us",
+            [step_id],
+        ).fetchall()
+        steady_from = started_us + (warmup_s or 0) * 1e6
+        before = [
+            tps
+            for ts, tps in seconds
+            if max(steady_from, action_us - BEFORE_S * 1e6) < ts <= action_us
+        ]
+        after = [(ts, tps) for ts, tps in seconds if action_us < ts <= action_us + AFTER_S * 1e6]
+        if len(before) < 3 or not after:
+            continue  # too little steady state before the action to judge a dip
+        reference = statistics.median(before)
+        low_ts, low = min(after, key=lambda p: p[1])
+        recovered = next(
+            (ts for ts, tps in seconds if ts > low_ts and tps >= RECOVERED * reference), None
+        )
+        window = int(5e6)
+        out.append(
+            Dip(
+                int(step_id),
+                str(variant),
+                int(clients),
+                str(detail).split(" at ")[0],
+                int(action_us),
+                reference,
+                low,
+                (low_ts - action_us) / 1e6,
+                (recovered - action_us) / 1e6 if recovered is not None else None,
+                _mean_in(fpi, action_us - window, action_us),
+                _mean_in(fpi, action_us, action_us + window),
+                _mean_in(wal, action_us - window, action_us),
+                _mean_in(wal, action_us, action_us + window),
+            )
+        )
+    return out

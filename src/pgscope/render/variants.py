@@ -1,0 +1,123 @@
+"""Console views of variants side by side: the comparison with the baseline, the evidence per
+variant, and the dips after actions. Renders analysis results only."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from pgscope.analyze.run import RunResult
+
+# (column title, attribute, format) for the evidence table; a column shows only if measured.
+EVIDENCE_COLUMNS = (
+    ("p95 ms", "p95_ms", "{:.2f}"),
+    ("IPC:SyncRep", "syncrep_share", "{:.0%}"),
+    ("Lock waits", "lock_share", "{:.0%}"),
+    ("walsender CPU", "walsender_cpu", "{:.2f}"),
+    ("WAL B/xact", "wal_bytes_per_xact", "{:,.0f}"),
+    ("FPI/xact", "fpi_per_xact", "{:.2f}"),
+    ("rows/commit", "rows_per_commit", "{:.1f}"),
+    ("log MB/s", "log_bytes_per_s", "{:.2f}"),
+)
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def print_variants(console: Console, result: RunResult) -> None:
+    if result.comparisons:
+        base = result.comparisons[0].baseline
+        table = Table(
+            title=f"variants against {base} (tps; 95% interval of the change)",
+            title_justify="left",
+            show_edge=False,
+        )
+        for name in ("variant", "clients", "tps", f"{base} tps", "change", "95% interval", ""):
+            table.add_column(name, justify="left" if name == "variant" else "right")
+        for c in result.comparisons:
+            ci = f"{c.ci95_pct[0]:+.1f}% … {c.ci95_pct[1]:+.1f}%" if c.ci95_pct else "n/a"
+            verdict = (
+                "beyond noise"
+                if c.significant
+                else "within noise"
+                if c.ci95_pct
+                else "too few repeats"
+            )
+            table.add_row(
+                c.variant,
+                str(c.clients),
+                f"{c.tps:,.0f}",
+                f"{c.baseline_tps:,.0f}",
+                f"{c.change_pct:+.1f}%",
+                ci,
+                verdict,
+            )
+        console.print()
+        console.print(table)
+    # A column shows only where something was measured: a share that is zero everywhere
+    # (no SyncRep waits without standbys) would only be noise.
+    shown = [
+        (title, attr, fmt)
+        for title, attr, fmt in EVIDENCE_COLUMNS
+        if any(getattr(e, attr) for e in result.evidence)
+    ]
+    variants = {e.variant for e in result.evidence}
+    if len(variants) > 1 and len(shown) > 1:
+        table = Table(title="evidence per variant", title_justify="left", show_edge=False)
+        table.add_column("variant")
+        table.add_column("clients", justify="right")
+        table.add_column("tps", justify="right")
+        for title, _, _ in shown:
+            table.add_column(title, justify="right")
+        for e in result.evidence:
+            table.add_row(
+                e.variant,
+                str(e.clients),
+                _fmt(e.tps, "{:,.0f}"),
+                *(_fmt(getattr(e, attr), fmt) for _, attr, fmt in shown),
+            )
+        console.print()
+        console.print(table)
+    if result.dips:
+        table = Table(title="throughput around each action", title_justify="left", show_edge=False)
+        for name in (
+            "step",
+            "variant",
+            "action",
+            "tps before",
+            "lowest",
+            "dip",
+            "at",
+            "back to 90%",
+            "FPI/s before → after",
+            "WAL MB/s before → after",
+        ):
+            table.add_column(name, justify="left" if name in ("variant", "action") else "right")
+        for d in result.dips:
+            fpi = (
+                f"{d.fpi_per_s_before:,.0f} → {d.fpi_per_s_after:,.0f}"
+                if d.fpi_per_s_before is not None and d.fpi_per_s_after is not None
+                else "-"
+            )
+            wal = (
+                f"{d.wal_bytes_per_s_before / 1e6:.1f} → {d.wal_bytes_per_s_after / 1e6:.1f}"
+                if d.wal_bytes_per_s_before is not None and d.wal_bytes_per_s_after is not None
+                else "-"
+            )
+            table.add_row(
+                str(d.step_id),
+                d.variant,
+                d.action,
+                f"{d.tps_before:,.0f}",
+                f"{d.tps_lowest:,.0f}",
+                f"{d.depth_pct:.0f}%",
+                f"+{d.lowest_after_s:.0f} s",
+                f"+{d.recovered_after_s:.0f} s"
+                if d.recovered_after_s is not None
+                else "not in step",
+                fpi,
+                wal,
+            )
+        console.print()
+        console.print(table)
