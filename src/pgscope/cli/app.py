@@ -29,6 +29,10 @@ Start here:
   pgscope doctor                      what this machine can measure
   pgscope recipes                     the bundled experiments
   pgscope run scaling --quick         a 3-minute scalability sweep
+  pgscope run logging --quick         a field case (also syncrep, checkpoint, cpus)
+  pgscope sample --dsn ... --live     what a server's sessions wait on, read-only
+  pgscope trace lwlock --dsn ...      LWLock wait histograms from the server's probes
+  pgscope profile --data-dir ...      CPU flame graph of a server on this host
   pgscope fit usl data.csv            fit USL to your own measurements
 """
 
