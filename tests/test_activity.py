@@ -114,7 +114,11 @@ def test_sample_json_profile_sums_to_one_and_agrees_with_pg_wait_sampling(
     versus = doc["pg_wait_sampling"]
     assert versus is not None and versus["pg_wait_sampling_rows"] > 1000
     ours, theirs = versus["pgscope"], versus["pg_wait_sampling"]
-    assert list(ours)[:2] == list(theirs)[:2], (ours, theirs)
+    # The leader must agree; runners-up can be within noise of each other
+    # (tuple vs ClientRead differ by ~1 point), so compare shares, not ranks.
+    assert next(iter(ours)) == next(iter(theirs)), (ours, theirs)
+    for event in set(ours) | set(theirs):
+        assert abs(ours.get(event, 0) - theirs.get(event, 0)) < 0.05, (event, ours, theirs)
     assert versus["total_variation_distance"] < 0.1
     assert Path(doc["run_dir"], "run.duckdb").is_file()
 
