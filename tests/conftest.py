@@ -19,6 +19,17 @@ from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries, find_binaries
 
 DATA = Path(__file__).parent / "data"
+# Headless Chromium as this machine allows it: no sandbox as root, no network (its background
+# connections would only be refused), a fresh profile each time.
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 SMALL_SERVER = {"shared_buffers": "128MB", "max_wal_size": "1GB"}
 
 # Every process this test session starts inherits this marker in its environment, and every

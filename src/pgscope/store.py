@@ -240,7 +240,13 @@ class RunStore:
             raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
         except duckdb.Error as exc:
             raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
-        return cls(db, run_dir)
+        store = cls(db, run_dir)
+        if not store.has_table("run") or not store.has_table("schema_info"):
+            db.close()
+            raise InputFileError(
+                f"{run_dir}: {STORE_FILE} is not a pgscope run store (it has no run table)"
+            )
+        return store
 
     def close(self) -> None:
         self.db.close()

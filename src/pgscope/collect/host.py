@@ -12,16 +12,15 @@ for all; for a server on another host it still measures this host (the load gene
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pgscope.collect.base import Availability, Collector, CollectorContext, CollectorEnv
+from pgscope.collect.base import Availability, CollectorContext, CollectorEnv
+from pgscope.collect.polling import ThreadCollector
 from pgscope.proc import child_pids
-from pgscope.store import RunStore, now_us
+from pgscope.store import now_us
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS host_cpu (
@@ -72,7 +71,7 @@ class HostOptions(BaseModel):
     interval_s: float = Field(1.0, gt=0, le=60)
 
 
-class HostCollector(Collector):
+class HostCollector(ThreadCollector):
     name = "host"
     summary = "CPU busy, iowait and steal each second, and the server's vs pgbench's share"
     cost = "reading /proc once a second"
@@ -87,24 +86,15 @@ class HostCollector(Collector):
             return Availability.no("/proc/stat is not readable: not a Linux host")
         return Availability.yes()
 
-    def start(self, ctx: CollectorContext) -> None:
+    def prepare(self, ctx: CollectorContext) -> None:
         ctx.store.ensure_schema(SCHEMA)
-        self.ctx = ctx
-        self.store: RunStore = ctx.store.writer()
-        self.stop_event = threading.Event()
-        self.error: str | None = None
-        self.thread = threading.Thread(target=self._loop, name="pgscope-host", daemon=True)
-        self.thread.start()
 
     def _server_pids(self) -> list[int]:
         pid = self.ctx.postmaster_pid()
         return [pid, *child_pids(pid)] if pid else []
 
-    def _loop(self) -> None:
-        try:
-            self._sample_until_stopped()
-        except Exception as exc:  # record, never crash the run
-            self.error = f"host sampling failed: {exc}"
+    def run_loop(self) -> None:
+        self._sample_until_stopped()
 
     def _sample_until_stopped(self) -> None:
         cpus = len(os.sched_getaffinity(0))
@@ -150,16 +140,3 @@ class HostCollector(Collector):
             used += max(0, ticks - seen.get(pid, 0))
             seen[pid] = ticks
         return used
-
-    def failure(self) -> str | None:
-        if not self.thread.is_alive() and not self.stop_event.is_set():
-            return self.error or "the host sampler stopped"
-        return None
-
-    def stop(self) -> str | None:
-        self.stop_event.set()
-        self.thread.join(timeout=10)
-        return self.error
-
-    def options_json(self) -> dict[str, Any]:
-        return self.options.model_dump(mode="json")

@@ -12,7 +12,7 @@ from typing import Any
 
 from pgscope.collect import build, registry
 from pgscope.collect.base import Collector, CollectorContext, CollectorEnv, StepInfo
-from pgscope.store import RunStore
+from pgscope.store import RunStore, now_us
 
 
 def _describe(exc: BaseException) -> str:
@@ -32,6 +32,7 @@ class CollectorSet:
         self.say = say
         self.active: list[Collector] = []
         self.started = False
+        self.dead: dict[str, tuple[int, str]] = {}  # name -> (since, why)
         self.unavailable: dict[str, str] = {}
         for name, options in selection.items():
             cls = registry()[name]
@@ -94,22 +95,33 @@ class CollectorSet:
         return found
 
     def reap(self) -> None:
-        """Stop and record the collectors that stopped collecting on their own."""
+        """Stop and record the collectors that stopped collecting on their own. What they
+        miss from now to the end of the run is a gap, recorded when the run stops."""
         for name, reason in self.failures().items():
             collector = next(c for c in self.active if c.name == name)
+            self.dead[name] = (now_us(), reason)
             self._drop(collector, "stopped collecting", RuntimeError(reason))
 
     def stop(self) -> None:
-        """Stop every collector; never raises."""
+        """Stop every collector; never raises. Every collector is stopped (its tracer or
+        profiler killed) even when the store cannot take the record of it (a full disk)."""
+        for name, (since, reason) in self.dead.items():
+            with contextlib.suppress(Exception):
+                self.store.add_gap(name, since, now_us(), f"stopped collecting: {reason}")
+        self.dead = {}
         for collector in self.active:
             if not self.started:  # the run ended before collection began
-                self.store.collector_stopped(collector.name, "not started", None)
+                with contextlib.suppress(Exception):
+                    self.store.collector_stopped(collector.name, "not started", None)
                 continue
             try:
                 error = collector.stop()
             except Exception as exc:  # a bug in the collector: keep the run's data anyway
                 error = f"stop raised {_describe(exc)}"
-            self.store.collector_stopped(collector.name, "failed" if error else "complete", error)
+            with contextlib.suppress(Exception):
+                self.store.collector_stopped(
+                    collector.name, "failed" if error else "complete", error
+                )
             if error:
                 self.say(f"collector {collector.name}: {error}")
         self.active = []

@@ -326,7 +326,8 @@ class OffCpuTrace:
         return f"bpftrace exited {self._proc.returncode}: {self.error_text()}"
 
     def error_text(self) -> str:
-        self._err.flush()
+        if not self._err.closed:  # after finish() the file is closed; it is read by name
+            self._err.flush()
         lines = Path(self._err.name).read_text(errors="replace").splitlines()
         # The kernel accounts BPF memory to the cgroup; bpftrace's RLIMIT warning is noise.
         useful = [ln for ln in lines if ln.strip() and "RLIMIT_MEMLOCK" not in ln]

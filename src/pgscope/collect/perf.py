@@ -435,7 +435,8 @@ class PerfRecording:
     def error_text(self) -> str:
         if self._stderr is None:
             return "no output"
-        self._stderr.flush()
+        if not self._stderr.closed:  # read by name: a closed file is fine
+            self._stderr.flush()
         text = Path(self._stderr.name).read_text(errors="replace").strip().splitlines()
         useful = [ln for ln in text if ln.strip() and not ln.startswith("[ perf record:")]
         return useful[-1] if useful else "no error output"

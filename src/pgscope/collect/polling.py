@@ -1,9 +1,8 @@
-"""A collector that polls the server from its own thread over one monitoring connection.
-
-Shared by the SQL-based collectors: the thread's life cycle, a connection with a statement
-timeout, reconnecting after the server restarts (recording the gap), and reporting failure.
-Subclasses implement `run_loop()` and call `reconnect()` when a query fails for connection
-reasons.
+"""Collectors that work from a thread of their own: the thread's life cycle and its failure
+(`ThreadCollector`), and for the SQL-based ones a monitoring connection on top
+(`PollingCollector`): a statement timeout, and reconnecting after the server restarts,
+recording the gap. Subclasses implement `run_loop()`; SQL ones call `reconnect()` when a
+query fails for connection reasons.
 """
 
 from __future__ import annotations
@@ -23,17 +22,14 @@ from pgscope.store import RunStore, now_us
 STATEMENT_TIMEOUT = "2s"  # a monitoring query that hangs must not hang the collector
 
 
-class PollingCollector(Collector):
-    application_name: str = "pgscope"
-    reconnect_s: float = 30.0  # subclasses set it from their options
-
+class ThreadCollector(Collector):
     def start(self, ctx: CollectorContext) -> None:
         self.ctx = ctx
         self.store: RunStore = ctx.store.writer()
         self.stop_event = threading.Event()
         self.error: str | None = None
         self.prepare(ctx)
-        self.session = self.connect()
+        self.opened()
         self.thread = threading.Thread(
             target=self._guarded, name=f"pgscope-{self.name}", daemon=True
         )
@@ -42,20 +38,51 @@ class PollingCollector(Collector):
     def prepare(self, ctx: CollectorContext) -> None:
         """Create tables and anything else needed before the thread starts."""
 
+    def opened(self) -> None:
+        """Open what the thread will use (a connection), after prepare()."""
+
+    def closed(self) -> None:
+        """Release it, after the thread ended."""
+
     @abstractmethod
     def run_loop(self) -> None:
-        """Poll until `self.stop_event` is set; return early only on failure."""
-
-    def connect(self) -> psycopg.Connection[Any]:
-        session = self.ctx.conn.connect(application_name=self.application_name)
-        session.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
-        return session
+        """Work until `self.stop_event` is set; return early only on failure."""
 
     def _guarded(self) -> None:
         try:
             self.run_loop()
         except Exception as exc:  # record, never crash the run
             self.error = f"{self.name} failed: {' '.join(str(exc).split())}"
+
+    def failure(self) -> str | None:
+        if not self.thread.is_alive() and not self.stop_event.is_set():
+            return self.error or f"{self.name} stopped"
+        return None
+
+    def stop(self) -> str | None:
+        self.stop_event.set()
+        self.thread.join(timeout=10)
+        if self.thread.is_alive():
+            return f"{self.name} did not stop within 10 s"
+        self.closed()
+        return self.error
+
+
+class PollingCollector(ThreadCollector):
+    application_name: str = "pgscope"
+    reconnect_s: float = 30.0  # subclasses set it from their options
+
+    def opened(self) -> None:
+        self.session = self.connect()
+
+    def closed(self) -> None:
+        with contextlib.suppress(Exception):  # a broken connection may fail to close
+            self.session.close()
+
+    def connect(self) -> psycopg.Connection[Any]:
+        session = self.ctx.conn.connect(application_name=self.application_name)
+        session.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+        return session
 
     def reconnect(self, exc: Exception, done: str) -> bool:
         """After the connection dropped: retry for `reconnect_s`, recording the gap.
@@ -75,17 +102,3 @@ class PollingCollector(Collector):
         if not self.stop_event.is_set():
             self.error = f"lost the connection to the server after {done}: {reason}"
         return False
-
-    def failure(self) -> str | None:
-        if not self.thread.is_alive() and not self.stop_event.is_set():
-            return self.error or f"{self.name} stopped"
-        return None
-
-    def stop(self) -> str | None:
-        self.stop_event.set()
-        self.thread.join(timeout=10)
-        if self.thread.is_alive():
-            return f"{self.name} did not stop within 10 s"
-        with contextlib.suppress(Exception):  # a broken connection may fail to close
-            self.session.close()
-        return self.error

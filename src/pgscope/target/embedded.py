@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,10 +144,20 @@ class EmbeddedCluster:
             self.pg, self.run_as, log_path, dict(self.startup_settings), self.work_dir
         )
 
-    def resume(self) -> None:
-        """Start a stopped cluster again on its data directory."""
-        if not self.is_alive():
-            self._launch()
+    def resume(self, attempts: int = 10) -> None:
+        """Start a stopped (or crashed) cluster again on its data directory. After a crash the
+        dead postmaster's backends may hold its shared memory for a moment, and the new
+        postmaster refuses to start until they are gone: retry for a few seconds."""
+        for attempt in range(attempts):
+            if self.is_alive():
+                return
+            try:
+                self._launch()
+                return
+            except TargetError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(1.0)
 
     @classmethod
     def standby_of(cls, primary: EmbeddedCluster, name: str) -> EmbeddedCluster:
@@ -279,8 +290,13 @@ class EmbeddedCluster:
         except OSError:
             return False
         # Line 8 of postmaster.pid is the postmaster's status: "ready" once it accepts
-        # connections, "standby" for a hot standby that does.
-        return len(lines) >= 8 and lines[7].strip() in ("ready", "standby")
+        # connections, "standby" for a hot standby that does. Line 1 is its pid: after a crash
+        # the dead postmaster's file still says "ready" until the new one replaces it.
+        return (
+            len(lines) >= 8
+            and lines[0].strip() == str(self._proc.pid)
+            and lines[7].strip() in ("ready", "standby")
+        )
 
     def _log_tail(self) -> str:
         """The server's own words for why it stopped: the first complaint (e.g. the bad
@@ -302,6 +318,16 @@ class EmbeddedCluster:
             return _LOG_PREFIX.sub("", lines[-1]) if lines else "no server log"
         first, last = important[0], important[-1]
         return first if first == last else f"{first} / {last}"
+
+    def exit_reason(self) -> str:
+        """Why the server is not running: its exit status and its log's last complaint."""
+        if self._proc is None:
+            return "stopped by pgscope"
+        code = self._proc.poll()
+        if code is None:
+            return "running"
+        how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return f"{how}; {self._log_tail()}"
 
     def is_alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

@@ -1,0 +1,363 @@
+"""Faults injected into real processes: signals at any phase, a server killed mid-step, a
+collector killed mid-run, a disk that fills up, a user's server that must see no writes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pgscope.target.embedded import EmbeddedCluster
+from tests.conftest import one_line_error, pgscope, server_processes
+
+CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace")) and bool(shutil.which("perf"))
+BASE = ["--set", "shared_buffers=128MB", "--warmup", "1", "--repeats", "1"]
+
+
+def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgscope", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float = 180) -> list[str]:
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(pattern, line):
+            return seen
+    raise AssertionError(f"no line matching {pattern!r} in: {seen}")
+
+
+def stop_within(proc: subprocess.Popen[str], sig: signal.Signals, seconds: float = 10) -> str:
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=seconds + 5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"no exit within {seconds} s of {sig.name}") from None
+    assert time.monotonic() - sent < seconds, "slower than promised"
+    return err
+
+
+def only_run(results: Path) -> Path:
+    [run_dir] = [p for p in results.iterdir() if (p / "run.duckdb").is_file()]
+    return run_dir
+
+
+def query(run_dir: Path, sql: str) -> list[tuple[object, ...]]:
+    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def test_sigterm_during_initialisation_stops_everything(tmp_path: Path) -> None:
+    before = server_processes()
+    proc = start(
+        [
+            "run",
+            "scaling",
+            "--clients",
+            "1,2",
+            "--duration",
+            "5",
+            "--scale",
+            "40",
+            *BASE,
+            "--results-dir",
+            str(tmp_path),
+        ]
+    )
+    wait_for_line(proc, "initialising pgbench tables")
+    time.sleep(1.5)  # inside pgbench -i
+    err = stop_within(proc, signal.SIGTERM)
+    assert proc.returncode == 143, err
+    assert one_line_error(subprocess.CompletedProcess([], 143, "", err)).startswith(
+        "pgscope: error: interrupted by SIGTERM"
+    )
+    time.sleep(0.5)
+    assert server_processes() - before == set()
+    run_dir = only_run(tmp_path)
+    assert query(run_dir, "SELECT status FROM run") == [("interrupted",)]
+    assert (run_dir / "report.html").is_file(), "an interrupted run still gets its report"
+
+
+@pytest.mark.skipif(not CAN_TRACE, reason="needs root, bpftrace and perf")
+def test_sigint_mid_step_with_tracers_running_stops_them_all(tmp_path: Path) -> None:
+    before = server_processes()
+    proc = start(
+        [
+            "run",
+            "scaling",
+            "--clients",
+            "2,3",
+            "--duration",
+            "20",
+            "--scale",
+            "1",
+            *BASE,
+            "--collectors",
+            "activity,usdt,perf",
+            "--results-dir",
+            str(tmp_path),
+        ]
+    )
+    wait_for_line(proc, r"tracing lwlock")
+    time.sleep(4)
+    running = server_processes() - before
+    names = {
+        Path(f"/proc/{p}/comm").read_text().strip()
+        for p in running
+        if Path(f"/proc/{p}/comm").exists()
+    }
+    assert {"bpftrace", "perf", "pgbench", "postgres"} <= names, names
+    err = stop_within(proc, signal.SIGINT)
+    assert proc.returncode == 130, err
+    time.sleep(0.5)
+    assert server_processes() - before == set(), "bpftrace, perf, pgbench and postgres all gone"
+    run_dir = only_run(tmp_path)
+    assert query(run_dir, "SELECT count(*) FROM timeline")[0][0] > 0, "rows measured are kept"
+
+
+def test_a_killed_server_fails_its_step_then_the_run_goes_on(tmp_path: Path) -> None:
+    proc = start(
+        [
+            "run",
+            "scaling",
+            "--clients",
+            "1,2,3",
+            "--order",
+            "sequential",
+            "--duration",
+            "6",
+            "--scale",
+            "1",
+            *BASE,
+            "--collectors",
+            "activity,pgstats",
+            "--json",
+            "--results-dir",
+            str(tmp_path),
+        ]
+    )
+    wait_for_line(proc, r"step 1/3 .* tps")  # step 1 done: step 2 is starting
+    time.sleep(3)
+    postmaster = next(
+        int(Path(d).name)
+        for d in (f"/proc/{p}" for p in server_processes())
+        if Path(d, "cmdline").exists() and b"postgres\x00-D" in Path(d, "cmdline").read_bytes()
+    )
+    os.kill(postmaster, signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 7, err  # partial: a step failed, the others did not
+    doc = json.loads(out)
+    statuses = [(s["step_id"], s["status"]) for s in doc["steps"]]
+    assert statuses == [(1, "ok"), (2, "failed"), (3, "ok")], statuses
+    assert doc["steps"][1]["error"], "the failed step says why"
+    events = query(
+        Path(doc["run_dir"]),
+        "SELECT kind, detail FROM events WHERE kind LIKE 'server-%' ORDER BY ts_us",
+    )
+    assert [k for k, _ in events] == ["server-died", "server-restarted"]
+    assert "killed by signal 9" in str(events[0][1])
+    message = one_line_error(subprocess.CompletedProcess([], 7, "", err))
+    assert message.startswith("pgscope: error: 1 of 3 steps failed (first: step 2, ")
+
+
+@pytest.mark.skipif(not CAN_TRACE, reason="needs root and bpftrace")
+def test_a_killed_tracer_leaves_a_recorded_gap_and_the_run_goes_on(tmp_path: Path) -> None:
+    before = server_processes()
+    proc = start(
+        [
+            "run",
+            "scaling",
+            "--clients",
+            "1,2,3",
+            "--order",
+            "sequential",
+            "--duration",
+            "4",
+            "--scale",
+            "1",
+            *BASE,
+            "--collectors",
+            "activity,usdt",
+            "--json",
+            "--results-dir",
+            str(tmp_path),
+        ]
+    )
+    wait_for_line(proc, r"step 1/3 .* tps")
+    tracers = [
+        p
+        for p in server_processes() - before
+        if Path(f"/proc/{p}/comm").exists()
+        and Path(f"/proc/{p}/comm").read_text().strip() == "bpftrace"
+    ]
+    assert tracers
+    for pid in tracers:
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    doc = json.loads(out)
+    assert all(s["status"] == "ok" for s in doc["steps"]), "the load was not disturbed"
+    usdt = next(c for c in doc["collectors"] if c["name"] == "usdt")
+    assert usdt["status"] == "failed" and usdt["error"]
+    gaps = [g for g in doc["collector_gaps"] if g["name"] == "usdt"]
+    assert gaps and gaps[0]["end_us"] > gaps[0]["start_us"]
+    html = (Path(doc["run_dir"]) / "report.html").read_text()
+    assert "Gaps" in html and "stopped collecting" in html
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_nearly_full_results_disk_is_refused_before_starting(small_disk: Path) -> None:
+    (small_disk / "filler").write_bytes(b"\0" * 60 * 2**20)
+    result = pgscope(
+        "run",
+        "scaling",
+        "--clients",
+        "1,2,3",
+        "--duration",
+        "2",
+        *BASE,
+        "--results-dir",
+        str(small_disk / "results"),
+    )
+    assert result.returncode == 4
+    assert "MB free; this run needs at least 64 MB" in one_line_error(result)
+    assert not (small_disk / "results").exists() or not any((small_disk / "results").iterdir())
+
+
+def test_a_disk_that_fills_mid_run_keeps_a_readable_store(small_disk: Path) -> None:
+    results = small_disk / "results"
+    proc = start(
+        [
+            "run",
+            "scaling",
+            "--clients",
+            "1,2,3,4",
+            "--order",
+            "sequential",
+            "--duration",
+            "4",
+            "--scale",
+            "1",
+            *BASE,
+            "--collectors",
+            "activity",
+            "--results-dir",
+            str(results),
+        ]
+    )
+    wait_for_line(proc, r"step 1/4 .* tps")
+    # Fill it all: the run keeps writing meanwhile, so the filler itself may hit the end.
+    free = shutil.disk_usage(small_disk).free
+    with contextlib.suppress(OSError), (small_disk / "filler").open("wb") as filler:
+        filler.write(b"\0" * free)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    assert "the disk is full" in one_line_error(subprocess.CompletedProcess([], 1, "", err))
+    (small_disk / "filler").unlink()
+    run_dir = only_run(results)
+    report = pgscope("report", str(run_dir), "--format", "json")
+    assert report.returncode == 0, report.stderr
+    steps = json.loads(report.stdout)["steps"]
+    assert steps[0]["status"] == "ok" and steps[0]["tps"] > 0, "what was written is intact"
+
+
+def test_a_read_only_run_on_a_users_server_issues_no_write(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    subprocess.run(
+        ["pgbench", "-i", "-s", "1", "-q", cluster.conn.conninfo()], check=True, capture_output=True
+    )
+    with cluster.connect() as conn:
+        conn.execute("ALTER SYSTEM SET log_statement = 'all'")
+        conn.execute("SELECT pg_reload_conf()")
+    time.sleep(0.5)
+    log_start = cluster.log_path.stat().st_size
+    secret = "a-secret-to-keep-4711"
+    dsn = (
+        f"host={cluster.socket_dir} port={cluster.port} user=postgres dbname=postgres "
+        f"password={secret}"
+    )
+    proc = start(
+        [
+            "run",
+            "scaling",
+            "--dsn",
+            dsn,
+            "--clients",
+            "1,2,3",
+            "--duration",
+            "2",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--scale",
+            "1",
+            "--results-dir",
+            str(tmp_path / "r"),
+        ]
+    )
+    titles = ""  # (no --json: a large document on an unread pipe would block the child)
+    while proc.poll() is None:  # the process titles while it runs
+        titles += subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        time.sleep(0.3)
+    _, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert secret not in titles, "a password in a process title"
+    logged = cluster.log_path.read_bytes()[log_start:].decode(errors="replace")
+    statements = re.findall(r"LOG:  (?:statement|execute [^:]*): (.*)", logged)
+    assert len(statements) > 100, "log_statement = all saw the run"
+    writes = [
+        s
+        for s in statements
+        if re.match(
+            r"\s*(INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|TRUNCATE|COPY|VACUUM|CHECKPOINT|GRANT|"
+            r"REINDEX|CLUSTER|LOCK)\b",
+            s,
+            re.IGNORECASE,
+        )
+    ]
+    assert writes == [], writes[:5]
+    for path in (tmp_path / "r").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the password is in {path}"
