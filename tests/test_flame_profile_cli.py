@@ -18,17 +18,8 @@ import pytest
 from pgscope.render.flame import speedscope_schema
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import pgscope
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, pgscope
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 FOLDED_LINE = re.compile(r"^(?P<stack>[^ ;][^\n]*) (?P<value>\d+)$")
 
 needs_profiling = pytest.mark.skipif(

@@ -9,12 +9,16 @@ blocks stop pgbench and the server on every path; rows already stored stay store
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import os
 import random
 import secrets
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -277,6 +281,12 @@ def execute(
         server.conn.conninfo() if server else "embedded",
         describe_host(),
     )
+    check_free_space(options.results_dir, MIN_FREE_RESULTS, "the results folder")
+    if account is not None:
+        work = options.work_dir or Path(tempfile.gettempdir())
+        check_free_space(
+            work, MIN_FREE_CLUSTER + spec.scale * 16 * 2**20, "the cluster's folder (--work-dir)"
+        )
     store = RunStore.create(run_dir, meta)
     store.add_event("plan", f"{len(steps)} steps, seed {seed}, {cores} usable cores")
     env = CollectorEnv(pg, target_kind, server.conn if server else None, os.geteuid() == 0)
@@ -305,17 +315,27 @@ def execute(
                 ctx.driver = Pgbench(pg, conn, server is not None and not server.allow_writes)
                 _run_steps(ctx, env)
             finally:
-                collectors.stop()
-                for other in [*ctx.standbys, *ctx.instances]:
-                    other.teardown()
-                if ctx.cluster is not None:
-                    reporter.phase("stopping the embedded cluster")
-                    ctx.cluster.teardown()
+                # Last registered runs first; each runs even if one before it raised (a full
+                # disk can fail the collectors' last writes: the servers must stop anyway).
+                with contextlib.ExitStack() as cleanup:
+                    if ctx.cluster is not None:
+                        cleanup.callback(ctx.cluster.teardown)
+                        cleanup.callback(reporter.phase, "stopping the embedded cluster")
+                    for other in [*ctx.standbys, *ctx.instances]:
+                        cleanup.callback(other.teardown)
+                    cleanup.callback(collectors.stop)
     except (Interrupted, TargetError, RefusedError, RunFailed) as exc:
         error = exc
     except BaseException as exc:
-        store.finish_run("failed", str(exc) or type(exc).__name__)
-        store.close()
+        full = disk_full(exc)
+        with contextlib.suppress(Exception):  # the store itself may be on the full disk
+            store.finish_run("failed", full or str(exc) or type(exc).__name__)
+        with contextlib.suppress(Exception):
+            store.close()
+        if full:
+            raise EnvironmentProblem(
+                f"{full}; the run stopped, keeping what was written to {run_dir} before"
+            ) from None
         raise
     _ingest_server_log(store, run_dir / "server.log")
     status = _final_status(store, error)
@@ -351,6 +371,37 @@ def _start_cluster(
     for variant in ctx.spec.variants:
         cluster.validate_settings(effective_settings(ctx.spec, variant), f"variant {variant!r}")
     return cluster
+
+
+MIN_FREE_RESULTS = 64 * 2**20  # the store, logs and per-step transaction logs of a short run
+MIN_FREE_CLUSTER = 256 * 2**20  # initdb, WAL, and pgbench's tables on top (per scale unit)
+
+
+def check_free_space(folder: Path, needed: int, what: str) -> None:
+    """Refuse to start when a folder's file system is nearly full: better now, in one line,
+    than a failed write in the middle of a step."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return  # unknown: the write will say
+    if free < needed:
+        raise EnvironmentProblem(
+            f"{what} {folder} has {free / 2**20:.0f} MB free; this run "
+            f"needs at least {needed / 2**20:.0f} MB"
+        )
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """A one-line account of a write that failed because the disk is full, else None."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return f"the disk is full: {exc.filename or ''} {exc.strerror}".strip()
+    text = str(exc)
+    if "No space left on device" in text or "ENOSPC" in text:
+        return "the disk is full: " + " ".join(text.split())[:200]
+    return None
 
 
 def _ingest_server_log(store: RunStore, log: Path) -> None:
@@ -448,6 +499,7 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
     seconds = math.ceil(spec.warmup + spec.duration)
     captured: set[str] = set()
     failures = 0
+    crashes = 0
     for step in ctx.steps:
         restarted = False
         if cluster is not None:
@@ -511,12 +563,14 @@ def _run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         if not ok:
             failures += 1
             if not ctx.target_alive():
-                raise TargetError(
-                    f"the server stopped during step {step.step_id}; "
-                    f"see {store.run_dir / 'server.log'}"
-                    if cluster is not None
-                    else f"the server became unreachable during step {step.step_id}"
-                )
+                if cluster is None:
+                    raise TargetError(
+                        f"the server became unreachable during step "
+                        f"{step.step_id}; pgscope stops rather than wait for a "
+                        f"server it does not own"
+                    )
+                crashes += 1
+                _recover(ctx, cluster, step, crashes)
     if failures == len(ctx.steps):
         raise RunFailed(
             f"all {failures} steps failed; see the step errors in {store.run_dir} "
@@ -556,6 +610,29 @@ def _activate_instances(ctx: RunContext, step: PlannedStep) -> list[Pgbench]:
             session.execute("CHECKPOINT")
         drivers.append(Pgbench(ctx.pgbench.pg, instance.conn, read_only=False))
     return drivers
+
+
+MAX_CRASHES = 3  # an embedded server that keeps dying is a problem to report, not to retry
+
+
+def _recover(ctx: RunContext, cluster: EmbeddedCluster, step: PlannedStep, crashes: int) -> None:
+    """The embedded server died during `step` (killed, crashed): record it, start it again
+    (PostgreSQL recovers from its WAL), and let the run go on with the next step."""
+    reason = cluster.exit_reason()
+    ctx.store.add_event("server-died", f"during step {step.step_id}: {reason}", step.step_id)
+    if crashes > MAX_CRASHES:
+        raise TargetError(
+            f"the embedded server died {crashes} times (last: {reason}); see "
+            f"{ctx.store.run_dir / 'server.log'}"
+        )
+    ctx.reporter.phase(
+        f"the server died during step {step.step_id} ({reason}); restarting it and going on"
+    )
+    cluster.resume()
+    if ctx.standbys:
+        cluster.wait_streaming([s.standby_name for s in ctx.standbys])
+    ctx.store.add_event("server-restarted", "after crash recovery", step.step_id)
+    ctx.collectors.target_restarted()
 
 
 def split_clients(clients: int, instances: int) -> list[int]:

@@ -109,3 +109,61 @@ def dips(db: duckdb.DuckDBPyConnection) -> list[Dip]:
             )
         )
     return out
+
+
+@dataclass(frozen=True)
+class Series:
+    """The run on one time axis (seconds since the run started), for the timeline view."""
+
+    t0_us: int
+    steps: list[tuple[int, str, int, float, float]]  # step_id, variant, clients, start s, end s
+    tps: list[tuple[float, float]]  # (s, tps summed over instances)
+    p95_ms: list[tuple[float, float]]  # (s, p95 latency of the transactions ending then)
+    aas: dict[str, list[tuple[float, float]]]  # wait class -> (s, average active sessions)
+    markers: list[tuple[float, str, str]]  # (s, kind, label): checkpoints, actions, restarts
+
+
+def series(db: duckdb.DuckDBPyConnection) -> Series:
+    from pgscope.analyze.waits import aas_timeline, has_samples
+
+    run = db.execute("SELECT started_us FROM run").fetchone()
+    t0 = int(run[0]) if run and run[0] else 0
+
+    def s(ts: int) -> float:
+        return (ts - t0) / 1e6
+
+    steps = [
+        (int(i), str(v), int(c), s(a), s(b))
+        for i, v, c, a, b in db.execute(
+            "SELECT step_id, variant, clients, started_us, coalesce(ended_us, started_us) "
+            "FROM steps WHERE started_us IS NOT NULL ORDER BY step_id"
+        ).fetchall()
+    ]
+    tps = [
+        (s(t), float(v))
+        for t, v in db.execute(
+            "SELECT ts_us, sum(tps) FROM timeline GROUP BY ts_us ORDER BY ts_us"
+        ).fetchall()
+    ]
+    p95 = [
+        (s(t), float(v))
+        for t, v in db.execute(
+            "SELECT second_us + 500000, max(p95_ms) FROM latency_seconds WHERE p95_ms IS NOT NULL "
+            "GROUP BY second_us ORDER BY second_us"
+        ).fetchall()
+    ]
+    aas: dict[str, list[tuple[float, float]]] = {}
+    if has_samples(db):
+        for ts, cls, value in aas_timeline(db):
+            aas.setdefault(cls, []).append((s(ts + 500_000), value))
+    markers = [
+        (s(t), str(kind), str(detail))
+        for t, kind, detail in db.execute(
+            # Immediate/shutdown checkpoints are pgscope's own between steps (or an action's,
+            # already marked): drawing them would bury the timed ones the reader is after.
+            "SELECT ts_us, kind, detail FROM events WHERE kind IN ('checkpoint-start', 'action', "
+            "'restart', 'pin', 'instance') AND NOT (kind = 'checkpoint-start' AND "
+            "(detail LIKE '%immediate%' OR detail LIKE '%shutdown%')) ORDER BY ts_us"
+        ).fetchall()
+    ]
+    return Series(t0, steps, tps, p95, aas, markers)

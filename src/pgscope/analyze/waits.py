@@ -191,20 +191,34 @@ def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfil
         f"WHERE {ACTIVE} GROUP BY ALL ORDER BY s.variant, s.clients, n DESC"
     ).fetchall()
     instants = dict(
-        ((v, c), (n, secs))
-        for v, c, n, secs in db.execute(
-            "SELECT s.variant, s.clients, count(DISTINCT a.sample_no), "
-            "sum(DISTINCT (s.window_end_us - s.window_start_us) / 1e6) FROM activity_samples a "
+        ((v, c), int(n))
+        for v, c, n in db.execute(
+            "SELECT s.variant, s.clients, count(DISTINCT a.sample_no) FROM activity_samples a "
             "JOIN steps s ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us GROUP BY ALL"
         ).fetchall()
     )
+    seconds_by = dict(
+        ((v, c), float(secs))
+        for v, c, secs in db.execute(
+            "SELECT variant, clients, sum(window_end_us - window_start_us) / 1e6 FROM steps "
+            "WHERE window_start_us IS NOT NULL GROUP BY ALL"
+        ).fetchall()
+    )
+    states: dict[tuple[str, int], dict[str, int]] = {}
+    for variant, clients, state, n in db.execute(
+        f"SELECT s.variant, s.clients, coalesce(a.state, 'unknown'), count(*) "
+        f"FROM activity_samples a JOIN steps s "
+        f"ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us WHERE {CLIENTS} GROUP BY ALL"
+    ).fetchall():
+        states.setdefault((variant, clients), {})[str(state)] = int(n)
     grouped: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
     for variant, clients, wtype, event, n in rows:
         grouped.setdefault((variant, clients), []).append((wtype, event, n))
     out = []
     for (variant, clients), entries in grouped.items():
         total = sum(n for *_, n in entries)
-        samples, seconds = instants.get((variant, clients), (0, 0.0))
+        counts = states.get((variant, clients), {})
+        client_rows = sum(counts.values()) or 1
         out.append(
             ConcurrencyProfile(
                 variant,
@@ -212,8 +226,9 @@ def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfil
                 Profile(
                     [ProfileEntry(t, e, n, n / total) for t, e, n in entries],
                     total,
-                    int(samples),
-                    float(seconds or 0.0),
+                    instants.get((variant, clients), 0),
+                    seconds_by.get((variant, clients), 0.0),
+                    {s: n / client_rows for s, n in sorted(counts.items(), key=lambda r: -r[1])},
                 ),
             )
         )

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import io
-import json
 import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
-from pgscope.errors import ExitCode, Interrupted
+from pgscope.errors import Interrupted, RunFailed
 
 
 def safe_command_line(argv: list[str]) -> str:
@@ -169,6 +166,14 @@ def run(
     no_collectors: Annotated[
         bool, typer.Option("--no-collectors", help="Run no collector: load and timing only.")
     ] = False,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Check the experiment and show its steps and how "
+            "long they take, without running anything.",
+        ),
+    ] = False,
     no_xact_log: Annotated[
         bool,
         typer.Option(
@@ -195,7 +200,8 @@ def run(
     from pgscope.analyze.run import load_run
     from pgscope.render.console import ConsoleReporter, print_summary
     from pgscope.render.json_doc import run_document
-    from pgscope.runner import RunOptions, execute
+    from pgscope.render.outputs import write_outputs
+    from pgscope.runner import RunOptions, execute, signals_as_exceptions
     from pgscope.spec import load_spec, parse_action, parse_client_list, parse_setting
 
     overrides: dict[str, Any] = {}
@@ -237,6 +243,9 @@ def run(
     loaded = load_spec(
         recipe, quick=quick, overrides=overrides, override_flags=flags, extra_settings=settings
     )
+    if plan:
+        _show_plan(loaded, as_json)
+        return
     options = RunOptions(
         results_dir=results_dir,
         command_line=safe_command_line(["pgscope", *sys.argv[1:]]),
@@ -249,12 +258,19 @@ def run(
     )
     err = err_console()
     outcome = execute(loaded, options, ConsoleReporter(err))
-    result = load_run(outcome.run_dir)
-    document = run_document(result)
-    (outcome.run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str))
-    recorder = Console(record=True, width=110, file=io.StringIO())
-    print_summary(recorder, result)
-    (outcome.run_dir / "summary.txt").write_text(recorder.export_text())
+    try:
+        # A second Ctrl-C while analysing and writing the report: the data is already safe.
+        with signals_as_exceptions():
+            result = load_run(outcome.run_dir)
+            document = run_document(result)
+            written = write_outputs(result)
+    except Interrupted as exc:
+        exc.add_note(
+            f"while writing the report; everything measured is in {outcome.run_dir} "
+            f"(pgscope report {outcome.run_dir} --format html writes it again)"
+        )
+        raise
+    err.print(f"· report: {written['report.html']}", highlight=False)
     if as_json:
         print_json(document)
     else:
@@ -265,4 +281,63 @@ def run(
             outcome.error.add_note(f"kept {kept} finished steps in {outcome.run_dir}")
         raise outcome.error
     if outcome.status == "partial":
-        raise typer.Exit(ExitCode.RUN_FAILED)
+        failed = [s for s in result.steps if s["status"] != "ok"]
+        first = failed[0]
+        raise RunFailed(
+            f"{len(failed)} of {len(result.steps)} steps failed (first: step "
+            f"{first['step_id']}, {first['error'] or first['status']}); the others' "
+            f"measurements are in {outcome.run_dir}"
+        )
+
+
+def _show_plan(loaded: Any, as_json: bool) -> None:
+    """The steps an experiment would run, in order, and an estimate of its time."""
+    from pgscope.host import usable_cores
+    from pgscope.runner import plan_steps
+    from pgscope.spec import setting_text
+
+    spec = loaded.spec
+    cores = usable_cores()
+    steps = plan_steps(spec, cores, spec.seed if spec.seed is not None else 0)
+    per_step = spec.warmup + spec.duration + STEP_OVERHEAD_S
+    estimate = len(steps) * per_step
+    document = {
+        "recipe": spec.name,
+        "source": loaded.source,
+        "steps": len(steps),
+        "estimated_seconds": round(estimate),
+        "clients": spec.client_counts(cores),
+        "repeats": spec.repeats,
+        "seconds_per_step": spec.warmup + spec.duration,
+        # Everything a variant sets, pgscope's own keys (pins, pgbench variables) included.
+        "variants": {
+            v: {k: setting_text(x) for k, x in {**spec.settings, **spec.variants[v]}.items()}
+            for v in spec.variants
+        },
+        "collectors": sorted(spec.collector_selection()),
+        "order": [
+            {"step_id": s.step_id, "variant": s.variant, "clients": s.clients, "repeat": s.repeat}
+            for s in steps
+        ],
+    }
+    if as_json:
+        print_json(document)
+        return
+    out = out_console()
+    out.print(
+        f"{spec.name}: {len(steps)} steps of {spec.warmup + spec.duration:g} s, about "
+        f"{estimate / 60:.0f} min plus set-up",
+        highlight=False,
+    )
+    out.print(
+        f"clients {', '.join(map(str, spec.client_counts(cores)))}; repeats "
+        f"{spec.repeats}; order {spec.order}; collectors "
+        f"{', '.join(document['collectors']) or 'none'}",
+        highlight=False,
+    )
+    for variant, settings in document["variants"].items():
+        shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "server defaults"
+        out.print(f"variant {variant}: {shown}", highlight=False, markup=False)
+
+
+STEP_OVERHEAD_S = 1.5  # a checkpoint, pgbench's start and the step's analysis, measured here

@@ -52,17 +52,35 @@ def runs(
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run folder (results/<run-id>).")],
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="text (console summary), json (the document of docs/json.md) or "
+            "html (rewrites report.html and prints its path).",
+        ),
+    ] = "text",
 ) -> None:
-    """Re-render a run's summary from its store, without running anything."""
+    """Re-analyse a run from its store and render it, without running anything.
+
+    \b
+    Examples:
+      pgscope report results/20261121-113841-scaling-5b4b
+      pgscope report results/20261121-113841-scaling-5b4b --format html
+      pgscope report results/20261121-113841-scaling-5b4b --format json | jq .diagnosis
+    """
     from pgscope.analyze.run import load_run
     from pgscope.render.console import print_summary
     from pgscope.render.json_doc import run_document
 
-    if fmt not in ("text", "json"):
-        raise UsageError(f"--format {fmt!r}: expected text or json")
+    if fmt not in ("text", "json", "html"):
+        raise UsageError(f"--format {fmt!r}: expected text, json or html")
     result = load_run(run_dir)
     if fmt == "json":
         print_json(run_document(result))
+    elif fmt == "html":
+        from pgscope.render.outputs import write_outputs
+
+        print(write_outputs(result)["report.html"])
     else:
         print_summary(out_console(), result)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.status import Status
 from rich.table import Table
 
@@ -35,7 +36,7 @@ class ConsoleReporter:
 
     def phase(self, message: str) -> None:
         self._stop_status()
-        self.console.print(f"[dim]· {message}[/dim]", highlight=False)
+        self.console.print(f"[dim]· {escape(message)}[/dim]", highlight=False)
 
     def step_started(self, step: PlannedStep, total: int, seconds: float) -> None:
         self.label = (
@@ -61,7 +62,7 @@ class ConsoleReporter:
     ) -> None:
         self._stop_status()
         if error is not None:
-            self.console.print(f"{self.label}  [red]failed: {error}[/red]", highlight=False)
+            self.console.print(f"{self.label}  [red]failed: {escape(error)}[/red]", highlight=False)
         elif stats is not None:
             self.console.print(
                 f"{self.label}  {stats.tps:,.0f} tps  p50 {_ms(stats.p50_ms)}  "
@@ -84,17 +85,39 @@ def print_collectors(console: Console, result: RunResult) -> None:
     for c in result.collectors:
         if not c["available"]:
             console.print(
-                f"[yellow]collector {c['name']} unavailable:[/yellow] {c['reason']}",
+                f"[yellow]collector {c['name']} unavailable:[/yellow] {escape(c['reason'] or '')}",
                 highlight=False,
             )
         elif c["status"] == "failed":
-            console.print(f"[red]collector {c['name']} failed:[/red] {c['error']}", highlight=False)
+            console.print(
+                f"[red]collector {c['name']} failed:[/red] {escape(c['error'] or '')}",
+                highlight=False,
+            )
     for gap in result.gaps:
         seconds = (gap["end_us"] - gap["start_us"]) / 1e6
         console.print(
             f"[yellow]gap[/yellow] in {gap['name']}: {seconds:.1f} s, {gap['reason']}",
             highlight=False,
         )
+
+
+def print_findings(console: Console, result: RunResult) -> None:
+    """The verdict first: it is the answer; the rest is the evidence."""
+    diagnosis = result.diagnosis
+    if diagnosis is None:
+        return
+    colour = "yellow" if diagnosis.weak else "bold"
+    console.print(f"\n[{colour}]verdict:[/{colour}] {escape(diagnosis.verdict)}", highlight=False)
+    for i, finding in enumerate(diagnosis.findings[:5], start=1):
+        where = f" [{finding.variant}]" if finding.variant else ""
+        facts = "; ".join(f"{e.label} {e.shown()}" for e in finding.evidence[:2])
+        console.print(
+            f"  {i}. {finding.title}{where} ({finding.confidence}): {facts}",
+            highlight=False,
+            markup=False,
+        )
+        if finding.recommendations:
+            console.print(f"     try: {finding.recommendations[0]}", highlight=False, markup=False)
 
 
 def print_summary(console: Console, result: RunResult) -> None:
@@ -115,6 +138,7 @@ def print_summary(console: Console, result: RunResult) -> None:
         f"target: {run['target_kind']}",
         highlight=False,
     )
+    print_findings(console, result)
     for variant in result.scaling.variants():
         table = Table(title=f"variant {variant}", title_justify="left", show_edge=False)
         for name in ("clients", "repeats", "tps", "95% CI", "p50 ms", "p95 ms", "p99 ms"):
@@ -143,9 +167,9 @@ def print_summary(console: Console, result: RunResult) -> None:
         console.print(table)
         fit = result.scaling.fits.get(variant)
         if fit is not None:
-            console.print(f"[bold]model:[/bold] {fit.describe()}", highlight=False)
+            console.print(f"[bold]model:[/bold] {escape(fit.describe())}", highlight=False)
             for warning in fit.warnings:
-                console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+                console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
         elif (
             variant in result.scaling.fit_errors
             and len({c.clients for c in result.scaling.cells if c.variant == variant}) > 1
@@ -161,7 +185,7 @@ def print_summary(console: Console, result: RunResult) -> None:
     for step in failed[:5]:
         console.print(
             f"[red]step {step['step_id']} ({step['variant']}, clients="
-            f"{step['clients']}): {step['status']}: {step['error']}[/red]",
+            f"{step['clients']}): {step['status']}: {escape(step['error'] or '')}[/red]",
             highlight=False,
         )
     console.print(f"\nrun folder: {result.run_dir}", highlight=False)

@@ -66,6 +66,9 @@ def run_document(result: RunResult) -> dict[str, Any]:
         "comparisons": [c.to_json() for c in result.comparisons],
         "dips": [d.to_json() for d in result.dips],
         "evidence": [e.to_json() for e in result.evidence],
+        "diagnosis": result.diagnosis.to_json() if result.diagnosis else None,
+        "findings": result.diagnosis.to_json()["findings"] if result.diagnosis else [],
+        "facts": [sheet.to_json() for sheet in result.facts],
         "collectors": result.collectors,
         "collector_gaps": result.gaps,
     }

@@ -87,7 +87,7 @@ def queries_table(queries: list[QueryProfile], limit: int = 5) -> Table:
         table.add_row(
             _pct(q.share),
             f"{q.top_wait} {q.top_wait_share:.0%}",
-            text[:70] + ("…" if len(text) > 70 else ""),
+            Text(text[:70] + ("…" if len(text) > 70 else "")),
         )
     return table
 

@@ -1,0 +1,292 @@
+"""The diagnosis: facts -> ranked findings, by the rules in rules.toml (data a reader can
+review). Each finding carries its confidence, the facts behind it (with their collector),
+what would refute it, and what to try. Weak or contradictory evidence is said as such.
+
+Ranking, in a run with variants: findings specific to some variants (or about the variants
+against each other) before those every variant shares, since in a comparison the shared ones
+are the background, not the answer; then findings on variants clearly slower than the fastest
+(they explain a loss; the fastest one's explain its ceiling); then confidence; then, among
+equally confident findings, the narrower one, which fewer variants show, since it is what sets
+the variants apart (in the syncrep recipe commits flush WAL in five variants but wait for a
+standby in four); then the score.
+"""
+
+from __future__ import annotations
+
+import operator
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pgscope.analyze.facts import Fact, FactSheet
+
+LEVELS = ("low", "medium", "high")
+# A variant this much below the fastest counts as slower: above the step-to-step spread of
+# tps we measure on shared 2-core hosts (a few %), below every effect the field cases show.
+LOSS_THRESHOLD = 0.10
+OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+}
+# Which collector (or experiment design) gives each family of facts: said when a rule cannot
+# be assessed for lack of them.
+FACT_SOURCES = {
+    "wait.": "the activity collector",
+    "sessions.": "the activity collector",
+    "host.": "the host collector",
+    "wal.": "the pgstats collector",
+    "log.": "the pgstats collector (and a server log directory)",
+    "rows_per_commit": "the pgstats collector",
+    "dip.": "a checkpoint or action during steps",
+    "cpu.": "the perf collector",
+    "usl.": "a sweep of 3 or more client counts",
+    "scaling.": "a sweep of 2 or more client counts",
+    "variants.": "variants that change the setting in question",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    score: list[str]
+    medium: float
+    high: float
+    evidence: list[str]
+    refute: str
+    recommendations: list[str]
+    scope: str = "variant"
+    require: list[list[Any]] = field(default_factory=list)
+    weaken: list[list[Any]] = field(default_factory=list)
+    name_from: str | None = None
+
+
+@dataclass
+class Finding:
+    id: str
+    title: str
+    confidence: str
+    score: float
+    variant: str | None
+    clients: int | None
+    evidence: list[Fact]
+    refute: str
+    recommendations: list[str]
+    weakened_by: list[str] = field(default_factory=list)
+    specific: bool = True  # False: every variant shows it (background in a comparison)
+    breadth: float = 1.0  # the share of variants (sheets) in which the rule fired
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "confidence": self.confidence,
+            "score": self.score,
+            "variant": self.variant,
+            "clients": self.clients,
+            "evidence": [{**fact.to_json(), "shown": fact.shown()} for fact in self.evidence],
+            "refute": self.refute,
+            "recommendations": self.recommendations,
+            "weakened_by": self.weakened_by,
+            "shared_by_all_variants": not self.specific,
+            "share_of_variants": self.breadth,
+        }
+
+
+@dataclass(frozen=True)
+class NotAssessed:
+    id: str
+    variant: str | None
+    missing: list[str]
+    needs: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "variant": self.variant,
+            "missing": self.missing,
+            "needs": self.needs,
+        }
+
+
+@dataclass
+class Diagnosis:
+    verdict: str
+    findings: list[Finding]  # best first
+    not_assessed: list[NotAssessed]
+    weak: bool  # no finding reached medium confidence
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "weak_evidence": self.weak,
+            "findings": [f.to_json() for f in self.findings],
+            "not_assessed": [n.to_json() for n in self.not_assessed],
+        }
+
+
+def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str]]]:
+    text = (
+        path.read_text()
+        if path is not None
+        else resources.files("pgscope.analyze").joinpath("rules.toml").read_text()
+    )
+    data = tomllib.loads(text)
+    rules = [Rule(**rule) for rule in data["rules"]]
+    return rules, {k: list(v) for k, v in data.get("lwlock_advice", {}).items()}
+
+
+def _resolve(sheet: FactSheet, name: str) -> Fact | None:
+    """A fact by name; `prefix.*` picks the largest fact under that prefix."""
+    if name.endswith(".*"):
+        prefix = name[:-1]
+        matches = [f for n, f in sheet.facts.items() if n.startswith(prefix)]
+        return max(matches, key=lambda f: f.value) if matches else None
+    return sheet.get(name)
+
+
+def _needs(missing: list[str]) -> list[str]:
+    needs = []
+    for name in missing:
+        source = next(
+            (s for prefix, s in FACT_SOURCES.items() if name.startswith(prefix)),
+            "a measurement this run lacks",
+        )
+        if source not in needs:
+            needs.append(source)
+    return needs
+
+
+def evaluate(
+    rule: Rule, sheet: FactSheet, advice: dict[str, list[str]]
+) -> Finding | NotAssessed | None:
+    """A finding (confidence at least medium), a rule that could not be assessed, or None."""
+    scored = [_resolve(sheet, name) for name in rule.score]
+    missing = [name for name, fact in zip(rule.score, scored, strict=True) if fact is None]
+    missing += [cond[0] for cond in rule.require if _resolve(sheet, cond[0]) is None]
+    if missing and (
+        len(missing) >= len(rule.score) or any(cond[0] in missing for cond in rule.require)
+    ):
+        return NotAssessed(rule.id, sheet.variant, missing, _needs(missing))
+    for name, op, threshold, *_ in rule.require:
+        fact = _resolve(sheet, name)
+        assert fact is not None
+        if not OPS[op](fact.value, float(threshold)):
+            return None
+    score = sum(f.value for f in scored if f is not None)
+    if score < rule.medium:
+        return None
+    level = 2 if score >= rule.high else 1
+    weakened = []
+    for name, op, threshold, reason in rule.weaken:
+        fact = _resolve(sheet, name)
+        if fact is not None and OPS[op](fact.value, float(threshold)):
+            weakened.append(f"{reason} ({fact.label}: {fact.shown()})")
+            level -= 1
+    title = rule.title
+    recommendations = list(rule.recommendations)
+    if rule.name_from:
+        source = _resolve(sheet, rule.name_from)
+        suffix = ""
+        if source is not None:
+            suffix = (
+                source.name.rsplit(".", 1)[-1] if rule.name_from.endswith(".*") else source.shown()
+            )
+        title = title.replace("{name}", suffix or "?")
+        recommendations = advice.get(suffix, []) + recommendations
+    evidence = [fact for name in rule.evidence if (fact := _resolve(sheet, name)) is not None]
+    return Finding(
+        rule.id,
+        title,
+        LEVELS[max(0, level)],
+        score,
+        sheet.variant,
+        sheet.clients,
+        evidence,
+        rule.refute,
+        recommendations,
+        weakened,
+    )
+
+
+def diagnose(
+    sheets: list[FactSheet],
+    rules: list[Rule] | None = None,
+    advice: dict[str, list[str]] | None = None,
+) -> Diagnosis:
+    if rules is None or advice is None:
+        rules, advice = load_rules()
+    findings: list[Finding] = []
+    not_assessed: list[NotAssessed] = []
+    variant_sheets = [s for s in sheets if s.variant is not None]
+    run_sheets = [s for s in sheets if s.variant is None]
+    for rule in rules:
+        targets = run_sheets if rule.scope == "run" else variant_sheets
+        outcomes = [evaluate(rule, sheet, advice) for sheet in targets]
+        found = [o for o in outcomes if isinstance(o, Finding)]
+        not_assessed += [o for o in outcomes if isinstance(o, NotAssessed)]
+        shared = rule.scope == "variant" and len(targets) > 1 and len(found) == len(targets)
+        for finding in found:
+            finding.specific = not shared
+            finding.breadth = len(found) / len(targets)
+        findings += found
+    loss = {s.variant: s.value("variants.loss_vs_fastest") or 0.0 for s in variant_sheets}
+
+    def rank(f: Finding) -> tuple[bool, bool, int, float, float]:
+        slower = loss.get(f.variant, 0.0) >= LOSS_THRESHOLD
+        return (f.specific, slower, LEVELS.index(f.confidence), -f.breadth, f.score)
+
+    findings.sort(key=rank, reverse=True)
+    reported = [f for f in findings if f.confidence != "low"] or findings[:3]
+    weak = not any(f.confidence != "low" for f in findings)
+    return Diagnosis(_verdict(reported, variant_sheets, weak), reported, not_assessed, weak)
+
+
+def _verdict(findings: list[Finding], sheets: list[FactSheet], weak: bool) -> str:
+    if not findings:
+        return (
+            "No bottleneck stands out: no rule found its evidence. The run may be too short "
+            "or too quiet, or the collectors that would see the cause were off."
+        )
+    top = findings[0]
+    where = f" ({top.variant}, {top.clients} clients)" if top.variant else ""
+    numbers = "; ".join(f"{f.label}: {f.shown()}" for f in top.evidence[:2])
+    sheet = next(
+        (
+            s
+            for s in sheets
+            if s.variant == (top.variant or (sheets[0].variant if sheets else None))
+        ),
+        None,
+    )
+    opening = ""
+    if sheet is not None:
+        best, tps = sheet.value("scaling.best_clients"), sheet.value("tps")
+        if best is not None and sheet.clients and best < sheet.clients:
+            opening = f"Throughput stops growing at {best:.0f} clients. "
+        elif tps is not None and sheet.clients:
+            opening = f"{tps:,.0f} tps at {sheet.clients} clients. "
+    if weak:
+        return (
+            f'{opening}The evidence is weak: the strongest signal is "{top.title}"{where} '
+            f"({numbers}), below the confidence the rules ask for; measure longer steps, "
+            f"more repeats, or with more collectors before acting on it."
+        )
+    text = f"{opening}{top.title}{where}: {numbers}."
+    runner_up = next((f for f in findings[1:] if f.id != top.id), None)
+    if (
+        runner_up is not None
+        and runner_up.confidence == top.confidence
+        and runner_up.specific == top.specific
+        and runner_up.score >= 0.8 * top.score
+    ):
+        text += (
+            f" A second cause is as strong: {runner_up.title}"
+            f"{f' ({runner_up.variant})' if runner_up.variant else ''}."
+        )
+    return text

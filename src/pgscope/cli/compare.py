@@ -1,0 +1,77 @@
+"""`pgscope compare`: what changed between two runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from pgscope.cli.app import app, out_console, print_json
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="The run to compare against (before).")],
+    run_b: Annotated[Path, typer.Argument(help="The run compared (after).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """What changed from RUN_A to RUN_B: throughput per cell (with a 95% interval), the
+    model, the wait profile at the highest client count, the top finding, the settings, and
+    the CPU profile where both runs have one.
+
+    \b
+    Example:
+      pgscope compare results/20261121-113841-scaling-5b4b results/20261122-090000-scaling-77aa
+    """
+    from pgscope.analyze.compare import compare_runs
+    from pgscope.analyze.run import load_run
+
+    change = compare_runs(load_run(run_a), load_run(run_b))
+    if as_json:
+        print_json(change.to_json())
+        return
+    out = out_console()
+    out.print(f"[bold]{escape(change.a)} → {escape(change.b)}[/bold]")
+    if change.throughput:
+        table = Table(title="throughput", title_justify="left", show_edge=False)
+        for name in ("variant", "clients", "A tps", "B tps", "change", "95% interval", ""):
+            table.add_column(name, justify="left" if name == "variant" else "right")
+        for c in change.throughput:
+            table.add_row(
+                c.variant,
+                str(c.clients),
+                f"{c.baseline_tps:,.0f}",
+                f"{c.tps:,.0f}",
+                f"{c.change_pct:+.1f}%",
+                f"{c.ci95_pct[0]:+.1f}% … {c.ci95_pct[1]:+.1f}%" if c.ci95_pct else "n/a",
+                "beyond noise"
+                if c.significant
+                else "within noise"
+                if c.ci95_pct
+                else "too few repeats",
+            )
+        out.print(table)
+    else:
+        out.print("throughput: no (variant, clients) cell measured in both runs")
+    for model in change.models:
+        out.print(
+            f"model {model['variant']}: σ {model['sigma_a']:.3g} → {model['sigma_b']:.3g}, "
+            f"κ {model['kappa_a']:.3g} → {model['kappa_b']:.3g}",
+            highlight=False,
+        )
+    if change.waits:
+        shares = ", ".join(f"{w['class']} {w['a']:.0%} → {w['b']:.0%}" for w in change.waits[:6])
+        out.print(f"waits at the highest client count: {shares}", highlight=False)
+    out.print(
+        f"top finding: {change.findings['a'] or 'none'} → {change.findings['b'] or 'none'}",
+        highlight=False,
+        markup=False,
+    )
+    for s in change.settings:
+        out.print(f"setting {s['name']}: {s['a']} → {s['b']}", highlight=False, markup=False)
+    if change.profile:
+        grew = ", ".join(f"{d['name']} {d['delta']:+.1%}" for d in change.profile["grew"][:5])
+        out.print(f"CPU profile, grew most: {grew}", highlight=False, markup=False)

@@ -1,0 +1,376 @@
+"""The report's charts as plotly figures (JSON-ready dicts). Each draws analysis results and
+returns None when there is nothing to draw, so the report says why instead of an empty axis.
+Every axis names its unit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from pgscope.analyze.run import RunResult
+from pgscope.analyze.timeline import Series
+
+PALETTE = [
+    "#2563eb",
+    "#dc2626",
+    "#16a34a",
+    "#9333ea",
+    "#ea580c",
+    "#0891b2",
+    "#ca8a04",
+    "#db2777",
+    "#4b5563",
+    "#65a30d",
+]
+WAIT_COLOURS = {
+    "CPU": "#16a34a",
+    "LWLock": "#dc2626",
+    "Lock": "#ea580c",
+    "IO": "#2563eb",
+    "IPC": "#9333ea",
+    "Client": "#9ca3af",
+    "BufferPin": "#ca8a04",
+    "Timeout": "#0891b2",
+    "Extension": "#db2777",
+    "Activity": "#d1d5db",
+}
+LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+    "height": 380,
+    "legend": {"orientation": "h", "y": -0.2},
+}
+
+
+def _figure(fig: go.Figure, title: str, height: int | None = None) -> dict[str, Any]:
+    fig.update_layout(title={"text": title, "font": {"size": 15}}, **LAYOUT)
+    if height is not None:
+        fig.update_layout(height=height)
+    document: dict[str, Any] = fig.to_plotly_json()
+    return document
+
+
+def _interval_bars(cells: list[Any]) -> dict[str, Any]:
+    """Asymmetric error bars from each cell's 95% interval (none where it has none)."""
+
+    def up(c: Any) -> float:
+        return float(c.tps_ci95[1] - c.tps_mean) if c.tps_ci95 and c.tps_mean else 0.0
+
+    def down(c: Any) -> float:
+        return float(c.tps_mean - c.tps_ci95[0]) if c.tps_ci95 and c.tps_mean else 0.0
+
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [up(c) for c in cells],
+        "arrayminus": [down(c) for c in cells],
+    }
+
+
+def _colour(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def scalability(result: RunResult) -> dict[str, Any] | None:
+    """tps vs clients: every repeat, the mean with its 95% interval, the USL fit and band."""
+    variants = result.scaling.variants()
+    if len({c.clients for c in result.scaling.cells}) < 2:
+        return None
+    fig = go.Figure()
+    for i, variant in enumerate(variants):
+        colour = _colour(i)
+        steps = [s for s in result.steps if s["variant"] == variant and s["status"] == "ok"]
+        fig.add_trace(
+            go.Scatter(
+                x=[s["clients"] for s in steps],
+                y=[s["tps"] for s in steps],
+                mode="markers",
+                marker={"color": colour, "opacity": 0.35, "size": 7},
+                name=f"{variant}: each repeat",
+                legendgroup=variant,
+            )
+        )
+        cells = [c for c in result.scaling.cells if c.variant == variant and c.tps_mean]
+        fig.add_trace(
+            go.Scatter(
+                x=[c.clients for c in cells],
+                y=[c.tps_mean for c in cells],
+                mode="markers+lines",
+                marker={"color": colour, "size": 9},
+                line={"color": colour, "width": 1},
+                error_y=_interval_bars(cells),
+                name=f"{variant}: mean, 95% interval",
+                legendgroup=variant,
+            )
+        )
+        fit = result.scaling.fits.get(variant)
+        if fit is None:
+            continue
+        top = max(c.clients for c in cells)
+        n = np.linspace(
+            1, max(top * 1.25, (fit.n_star or 0) if (fit.n_star or 0) < 2 * top else top), 120
+        )
+        band = fit.band(n)
+        if band is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=np.concatenate([n, n[::-1]]).tolist(),
+                    y=np.concatenate([band[1], band[0][::-1]]).tolist(),
+                    fill="toself",
+                    fillcolor=colour,
+                    opacity=0.12,
+                    line={"width": 0},
+                    hoverinfo="skip",
+                    name=f"{variant}: USL 95% band",
+                    legendgroup=variant,
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=n.tolist(),
+                y=fit.predict(n).tolist(),
+                mode="lines",
+                line={"color": colour, "dash": "dash"},
+                legendgroup=variant,
+                name=f"{variant}: USL σ={fit.sigma:.3g} κ={fit.kappa:.3g}",
+            )
+        )
+        if fit.n_star is not None and fit.n_star <= 2 * top:
+            fig.add_vline(
+                x=fit.n_star,
+                line={"color": colour, "dash": "dot", "width": 1},
+                annotation_text=f"N*≈{fit.n_star:.1f}",
+            )
+    fig.update_xaxes(title="clients")
+    fig.update_yaxes(title="throughput (transactions/s)", rangemode="tozero")
+    return _figure(fig, "Throughput vs clients")
+
+
+def latency(result: RunResult) -> dict[str, Any] | None:
+    cells = [c for c in result.scaling.cells if c.p50_ms is not None]
+    if len({c.clients for c in cells}) < 2:
+        return None
+    fig = go.Figure()
+    for i, variant in enumerate(result.scaling.variants()):
+        mine = [c for c in cells if c.variant == variant]
+        for dash, key in (("dot", "p50_ms"), ("dash", "p95_ms"), ("solid", "p99_ms")):
+            fig.add_trace(
+                go.Scatter(
+                    x=[c.clients for c in mine],
+                    y=[getattr(c, key) for c in mine],
+                    mode="lines+markers",
+                    line={"color": _colour(i), "dash": dash},
+                    name=f"{variant} {key[:-3]}",
+                )
+            )
+    fig.update_xaxes(title="clients")
+    fig.update_yaxes(title="transaction latency (ms)", rangemode="tozero")
+    return _figure(fig, "Latency percentiles vs clients")
+
+
+def variants(result: RunResult) -> dict[str, Any] | None:
+    """Mean tps per variant with its 95% interval, per client count."""
+    cells = [c for c in result.scaling.cells if c.tps_mean]
+    if len({c.variant for c in cells}) < 2:
+        return None
+    fig = go.Figure()
+    for i, clients in enumerate(sorted({c.clients for c in cells})):
+        mine = [c for c in cells if c.clients == clients]
+        fig.add_trace(
+            go.Bar(
+                x=[c.variant for c in mine],
+                y=[c.tps_mean for c in mine],
+                name=f"{clients} clients",
+                marker={"color": _colour(i)},
+                error_y=_interval_bars(mine),
+            )
+        )
+    fig.update_xaxes(title="variant")
+    fig.update_yaxes(title="throughput (transactions/s)", rangemode="tozero")
+    fig.update_layout(barmode="group")
+    return _figure(fig, "Variants side by side (mean tps, 95% interval)")
+
+
+def waits_vs_clients(result: RunResult, variant: str) -> dict[str, Any] | None:
+    """Stacked share of active time per wait class, per client count."""
+    if result.waits is None:
+        return None
+    profiles = [p for p in result.waits.by_clients if p.variant == variant]
+    if not profiles:
+        return None
+    classes = sorted(
+        {c for p in profiles for c in p.profile.class_shares()},
+        key=lambda c: list(WAIT_COLOURS).index(c) if c in WAIT_COLOURS else 99,
+    )
+    fig = go.Figure()
+    x = [str(p.clients) for p in profiles]
+    for cls in classes:
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[p.profile.class_shares().get(cls, 0.0) * 100 for p in profiles],
+                name=cls,
+                marker={"color": WAIT_COLOURS.get(cls, "#6b7280")},
+                hovertemplate=f"{cls}: %{{y:.1f}}%<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="clients", type="category")
+    fig.update_yaxes(title="share of active time (%)", range=[0, 100])
+    return _figure(fig, f"Where active time goes, by client count ({variant})")
+
+
+def timeline(series: Series) -> dict[str, Any] | None:
+    if not series.tps:
+        return None
+    rows = 3 if series.aas else 2
+    fig = make_subplots(
+        rows=rows,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=(
+            "throughput (transactions/s)",
+            "p95 latency (ms)",
+            "average active sessions by wait class",
+        )[:rows],
+    )
+    for row, (points, colour, name) in enumerate(
+        ((series.tps, PALETTE[0], "tps"), (series.p95_ms, PALETTE[1], "p95 ms")), start=1
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=[t for t, _ in points],
+                y=[v for _, v in points],
+                mode="lines",
+                line={"color": colour, "width": 1},
+                name=name,
+            ),
+            row=row,
+            col=1,
+        )
+    for cls, points in sorted(series.aas.items()):
+        fig.add_trace(
+            go.Scatter(
+                x=[t for t, _ in points],
+                y=[v for _, v in points],
+                mode="lines",
+                stackgroup="aas",
+                name=f"AAS {cls}",
+                line={"width": 0.5, "color": WAIT_COLOURS.get(cls)},
+            ),
+            row=3,
+            col=1,
+        )
+    for i, (_, variant, clients, start, end) in enumerate(series.steps):
+        fig.add_vrect(
+            x0=start,
+            x1=end,
+            fillcolor="#6b7280",
+            opacity=0.05 if i % 2 else 0.1,
+            line_width=0,
+            annotation_text=f"{variant} {clients}" if len(series.steps) <= 24 else None,
+            annotation_position="top left",
+            annotation_font_size=9,
+        )
+    for t, kind, label in series.markers:
+        if kind in ("checkpoint-start", "action"):
+            fig.add_vline(x=t, line={"color": "#111827", "dash": "dot", "width": 1})
+            fig.add_annotation(
+                x=t,
+                y=1,
+                yref="paper",
+                text=label.split(" at ")[0][:24],
+                showarrow=False,
+                font={"size": 9},
+                textangle=-90,
+                xanchor="right",
+                yanchor="top",
+            )
+    fig.update_xaxes(title="seconds since the run started", row=rows, col=1)
+    return _figure(fig, "Timeline", height=260 * rows)
+
+
+def lwlock_histograms(summaries: list[Any]) -> dict[str, Any] | None:
+    """Wait-time histograms of the most waited-for LWLock tranches (usdt)."""
+    top = [s for s in summaries if s.count][:6]
+    if not top:
+        return None
+    fig = go.Figure()
+    for i, summary in enumerate(top):
+        buckets = [b for b in summary.buckets if b.count]
+        fig.add_trace(
+            go.Bar(
+                x=[_ns_label(b.lo_ns) for b in buckets],
+                y=[b.count for b in buckets],
+                name=f"{summary.object or summary.event} {summary.mode or ''} "
+                f"({summary.count:,} waits)",
+                marker={"color": _colour(i)},
+            )
+        )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="wait time (bucket lower bound)", type="category")
+    fig.update_yaxes(title="waits (count)", type="log")
+    return _figure(fig, "LWLock wait-time histograms (kernel-side tracing)")
+
+
+def checkpoint_phases(checkpoints: list[Any]) -> dict[str, Any] | None:
+    """A waterfall of each traced checkpoint's phases (ms from its start)."""
+    shown = [c for c in checkpoints if c.phases][:4]
+    if not shown:
+        return None
+    fig = go.Figure()
+    for i, ckpt in enumerate(shown):
+        for phase in ckpt.phases:
+            fig.add_trace(
+                go.Bar(
+                    y=[f"#{i + 1} {ckpt.flags_text}"[:30]],
+                    x=[max(phase.duration_ns / 1e6, 0.01)],
+                    base=[(phase.start_us - ckpt.start_us) / 1000],
+                    orientation="h",
+                    name=phase.name,
+                    legendgroup=phase.name,
+                    showlegend=i == 0,
+                    marker={
+                        "color": _colour(
+                            [
+                                "prepare",
+                                "clog",
+                                "subtrans",
+                                "multixact",
+                                "marking",
+                                "write",
+                                "sync",
+                                "finish",
+                            ].index(phase.name)
+                            if phase.name
+                            in (
+                                "prepare",
+                                "clog",
+                                "subtrans",
+                                "multixact",
+                                "marking",
+                                "write",
+                                "sync",
+                                "finish",
+                            )
+                            else 9
+                        )
+                    },
+                    hovertemplate=f"{phase.name}: %{{x:.1f}} ms<extra></extra>",
+                )
+            )
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(title="milliseconds since the checkpoint started")
+    return _figure(fig, "Checkpoint phases (kernel-side tracing)")
+
+
+def _ns_label(ns: int) -> str:
+    if ns < 1000:
+        return f"{ns} ns"
+    if ns < 1_000_000:
+        return f"{ns / 1000:g} µs"
+    return f"{ns / 1e6:g} ms"

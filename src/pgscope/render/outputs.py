@@ -1,0 +1,28 @@
+"""Everything a run folder carries besides the store, written from one analysed run: the JSON
+document, the console summary as text, and the HTML report."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from pgscope.analyze.run import RunResult
+from pgscope.render.console import print_summary
+from pgscope.render.html import write_report
+from pgscope.render.json_doc import run_document
+
+
+def write_outputs(result: RunResult) -> dict[str, Path]:
+    folder = result.run_dir
+    (folder / "summary.json").write_text(json.dumps(run_document(result), indent=2, default=str))
+    recorder = Console(record=True, width=110, file=io.StringIO())
+    print_summary(recorder, result)
+    (folder / "summary.txt").write_text(recorder.export_text())
+    return {
+        "summary.json": folder / "summary.json",
+        "summary.txt": folder / "summary.txt",
+        "report.html": write_report(result),
+    }

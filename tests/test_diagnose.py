@@ -1,0 +1,184 @@
+"""The diagnosis rules on recorded evidence (facts of real runs, tests/data/facts/), and the
+rule semantics on small made-up sheets. No server: these run in milliseconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pgscope.analyze.diagnose import Finding, NotAssessed, diagnose, evaluate, load_rules
+from pgscope.analyze.facts import FactSheet
+
+FACTS = Path(__file__).parent / "data" / "facts"
+RECORDED = sorted(FACTS.glob("*.json"))
+RULES, ADVICE = load_rules()
+
+
+def recorded(path: Path) -> tuple[str, list[FactSheet]]:
+    data = json.loads(path.read_text())
+    return data["expected_top"], [FactSheet.from_json(s) for s in data["sheets"]]
+
+
+def sheet(variant: str | None = "base", clients: int = 8, **facts: float) -> FactSheet:
+    made = FactSheet(variant, clients)
+    for name, value in facts.items():
+        made.add(name.replace("__", "."), value, "share", "test", name)
+    return made
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_recorded_runs_get_their_planted_cause_first(path: Path) -> None:
+    expected, sheets = recorded(path)
+    diagnosis = diagnose(sheets)
+    assert diagnosis.findings, diagnosis.verdict
+    assert diagnosis.findings[0].id == expected, [
+        (f.id, f.confidence, f.score) for f in diagnosis.findings
+    ]
+    assert not diagnosis.weak
+    assert diagnosis.findings[0].title in diagnosis.verdict
+
+
+# Rules no short planted run on this 2-core VM shows reliably, with why; each is checked on a
+# made-up sheet instead (below), and should get a recording when a case for it is found.
+NOT_RECORDED = {
+    "kernel-locks": "needs a workload whose CPU profile spends >5% in kernel spinlocks",
+    "checkpoint-io": "a checkpoint dip without a jump of full-page images is within noise here",
+}
+
+
+def test_every_rule_fires_on_some_recorded_run() -> None:
+    fired = {f.id for path in RECORDED for f in diagnose(recorded(path)[1]).findings}
+    assert {r.id for r in RULES} - set(NOT_RECORDED) <= fired, {r.id for r in RULES} - fired
+    assert not fired & set(NOT_RECORDED), "recorded now: drop it from NOT_RECORDED"
+
+
+@pytest.mark.parametrize(
+    ("rule_id", "facts"),
+    [
+        ("kernel-locks", {"cpu__kernel_lock": 0.2}),
+        ("checkpoint-io", {"dip__depth": 0.45, "dip__fpi_ratio": 1.1}),
+    ],
+)
+def test_rules_without_a_recording_fire_on_their_evidence(
+    rule_id: str, facts: dict[str, float]
+) -> None:
+    outcome = evaluate(next(r for r in RULES if r.id == rule_id), sheet(**facts), ADVICE)
+    assert isinstance(outcome, Finding) and outcome.confidence == "high", outcome
+
+
+def test_every_fact_a_rule_names_exists_in_some_recording() -> None:
+    seen = {name for path in RECORDED for s in recorded(path)[1] for name in s.facts}
+    for rule in RULES:
+        names = [
+            *rule.score,
+            *rule.evidence,
+            *(c[0] for c in rule.require),
+            *(c[0] for c in rule.weaken),
+        ]
+        for name in names:
+            known = (
+                any(n.startswith(name[:-1]) for n in seen) if name.endswith(".*") else name in seen
+            )
+            assert known, f"rule {rule.id} names fact {name!r}, which no recorded run has"
+
+
+def test_rules_are_complete_and_ordered() -> None:
+    assert len(RULES) >= 12 and len({r.id for r in RULES}) == len(RULES)
+    for rule in RULES:
+        assert 0 < rule.medium < rule.high, rule.id
+        assert rule.evidence and rule.refute and rule.recommendations, rule.id
+        assert rule.scope in ("variant", "run"), rule.id
+
+
+def test_a_rule_whose_facts_are_missing_says_what_would_give_them() -> None:
+    outcome = evaluate(
+        next(r for r in RULES if r.id == "cpu-saturation"),
+        sheet(**{"wait__class__CPU": 0.9}),
+        ADVICE,
+    )
+    assert isinstance(outcome, NotAssessed)
+    assert outcome.missing == ["host.server_cpus_busy"]
+    assert outcome.needs == ["the host collector"]
+
+
+def test_weakening_evidence_lowers_confidence_and_says_why() -> None:
+    rule = next(r for r in RULES if r.id == "cpu-saturation")
+    strong = evaluate(rule, sheet(**{"host__server_cpus_busy": 0.97}), ADVICE)
+    weakened = evaluate(
+        rule, sheet(**{"host__server_cpus_busy": 0.97, "wait__class__Lock": 0.2}), ADVICE
+    )
+    assert isinstance(strong, Finding) and strong.confidence == "high"
+    assert isinstance(weakened, Finding) and weakened.confidence == "medium"
+    assert weakened.weakened_by[0].startswith("sessions also queue on locks")
+    assert "20%" in weakened.weakened_by[0]
+
+
+def test_weak_evidence_is_said_rather_than_guessed() -> None:
+    diagnosis = diagnose(
+        [sheet(**{"wait__row_lock": 0.05, "wait__syncrep": 0.02}), FactSheet(None, None)]
+    )
+    assert diagnosis.weak or not diagnosis.findings
+    assert "weak" in diagnosis.verdict or "No bottleneck stands out" in diagnosis.verdict
+
+
+def test_a_finding_every_variant_shares_ranks_below_a_specific_one() -> None:
+    common = {"wait__class__CPU": 0.9, "host__server_cpus_busy": 0.95}
+    sheets = [
+        sheet("none", **common),
+        sheet("all", **common, **{"cpu__logging_path": 0.2, "log__bytes_per_s": 5e6}),
+        FactSheet(None, None),
+    ]
+    diagnosis = diagnose(sheets)
+    assert diagnosis.findings[0].id == "statement-logging-volume"
+    cpu = [f for f in diagnosis.findings if f.id == "cpu-saturation"]
+    assert len(cpu) == 2 and not any(f.specific for f in cpu)
+
+
+def test_findings_on_a_slower_variant_rank_above_the_fastest_ones() -> None:
+    # The fastest variant's finding explains its ceiling; the slower one's explains a loss.
+    sheets = [
+        sheet("fast", **{"host__server_cpus_busy": 0.99, "variants__loss_vs_fastest": 0.0}),
+        sheet("slow", **{"wait__row_lock": 0.2, "variants__loss_vs_fastest": 0.4}),
+        FactSheet(None, None),
+    ]
+    ranked = [(f.id, f.variant) for f in diagnose(sheets).findings]
+    assert ranked[:2] == [("hot-row-locks", "slow"), ("cpu-saturation", "fast")]
+
+
+def test_among_equally_confident_findings_the_narrower_one_leads() -> None:
+    # Commits flush WAL in three variants, wait for a standby in two: the standby is what
+    # sets the variants apart, even with the smaller share.
+    def slow(name: str, **facts: float) -> FactSheet:
+        return sheet(name, **{"variants__loss_vs_fastest": 0.5, **facts})
+
+    sheets = [
+        sheet("off", **{"variants__loss_vs_fastest": 0.0}),
+        slow("local", **{"wait__commit_flush": 0.7}),
+        slow("on", **{"wait__commit_flush": 0.4, "wait__syncrep": 0.5}),
+        slow("apply", **{"wait__commit_flush": 0.4, "wait__syncrep": 0.6}),
+        FactSheet(None, None),
+    ]
+    diagnosis = diagnose(sheets)
+    top = diagnosis.findings[0]
+    assert (top.id, top.variant, top.confidence) == ("syncrep-waits", "apply", "high")
+    flush = next(f for f in diagnosis.findings if f.id == "commit-flush" and f.variant == "local")
+    assert flush.confidence == "high" and flush.score > top.score
+    assert (flush.breadth, top.breadth) == (0.75, 0.5)
+
+
+def test_two_causes_as_strong_are_both_named() -> None:
+    diagnosis = diagnose(
+        [sheet(**{"wait__row_lock": 0.40, "wait__commit_flush": 0.38}), FactSheet(None, None)]
+    )
+    assert diagnosis.findings[0].id == "hot-row-locks"
+    assert "A second cause is as strong: Commits wait for the WAL flush" in diagnosis.verdict
+
+
+def test_lwlock_findings_name_the_tranche_and_its_advice() -> None:
+    made = sheet(**{"wait__lwlock_top": 0.4, "wait__lwlock_top__ProcArray": 0.4})
+    finding = evaluate(next(r for r in RULES if r.id == "lwlock-hotspot"), made, ADVICE)
+    assert isinstance(finding, Finding)
+    assert finding.title == "LWLock hot spot: ProcArray"
+    assert finding.recommendations[0] == ADVICE["ProcArray"][0]

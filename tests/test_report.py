@@ -1,0 +1,197 @@
+"""The HTML report: every section present, every chart drawn with data, in headless Chromium;
+a report says what is missing and why; a bad store is a one-line error."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from pgscope.target.pgbin import find_binaries
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, one_line_error, pgscope
+
+SECTIONS = (
+    "verdict",
+    "scalability",
+    "waits",
+    "timeline",
+    "locks",
+    "checkpoints",
+    "cpu",
+    "variants",
+    "environment",
+)
+CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace")) and bool(shutil.which("perf"))
+needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed")
+SWEEP = [
+    "--clients",
+    "1,2,4",
+    "--duration",
+    "3",
+    "--warmup",
+    "1",
+    "--repeats",
+    "2",
+    "--scale",
+    "1",
+    "--set",
+    "shared_buffers=128MB",
+    "--json",
+]
+
+
+def open_in_chromium(page_path: Path, screenshot: Path | None = None) -> dict[str, Any]:
+    """What a reader's browser makes of the report: console errors, sections, the charts and
+    their data, the flame graphs' frames."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+            page.goto(page_path.as_uri())
+            page.wait_for_load_state("load")
+            page.wait_for_timeout(1500)  # plotly draws after load
+            seen: dict[str, Any] = page.evaluate("""() => ({
+              sections: [...document.querySelectorAll('main > section')].map(s => s.id),
+              charts: [...document.querySelectorAll('.js-plotly-plot')].map(e => ({
+                id: e.id, traces: e.data.length,
+                points: e.data.reduce((n, t) => n + ((t.x || t.y || []).length), 0),
+                drawn: e.querySelectorAll('svg .main-svg, svg.main-svg').length})),
+              placeholders: [...document.querySelectorAll('.chart')]
+                .filter(e => !e.classList.contains('js-plotly-plot')).map(e => e.id),
+              verdict: document.querySelector('.verdict')?.innerText || '',
+              findings: document.querySelectorAll('.finding').length,
+              notes: [...document.querySelectorAll('section .note')].map(n => n.innerText),
+              flames: document.querySelectorAll('iframe.flame').length,
+            })""")
+            frames = [
+                page.frame_locator("iframe.flame").nth(i).locator("#chart svg g").count()
+                for i in range(seen["flames"])
+            ]
+            seen["flame_frames"] = frames
+            if screenshot is not None:
+                page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    seen["errors"] = errors
+    return seen
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short sweep with every collector that can run here, perf included (the CPU
+    section), and a checkpoint mid-step (the checkpoint section)."""
+    results = tmp_path_factory.mktemp("report")
+    collectors = "activity,pgstats,host" + (",usdt,perf" if CAN_TRACE else "")
+    result = pgscope(
+        "run",
+        "scaling",
+        *SWEEP,
+        "--action",
+        "2:CHECKPOINT",
+        "--workload",
+        "tpcb-like",
+        "--collectors",
+        collectors,
+        "--results-dir",
+        str(results),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return Path(json.loads(result.stdout)["run_dir"])
+
+
+@needs_chromium
+def test_every_section_renders_and_every_chart_has_data(sweep: Path) -> None:
+    report = sweep / "report.html"
+    assert report.is_file(), "a run writes its report"
+    seen = open_in_chromium(report, sweep / "report.png")
+    assert seen["errors"] == []
+    assert tuple(seen["sections"]) == SECTIONS
+    assert seen["placeholders"] == [], "a chart div plotly did not draw"
+    charts = {c["id"]: c for c in seen["charts"]}
+    expected = {"chart-scalability", "chart-latency", "chart-timeline", "chart-waits-0"}
+    if CAN_TRACE:
+        expected |= {"chart-lwlocks", "chart-checkpoints"}
+    assert expected <= set(charts), sorted(charts)
+    for chart in charts.values():
+        assert chart["traces"] > 0 and chart["points"] > 0, chart
+        assert chart["drawn"] > 0, f"{chart['id']} has data but no drawing"
+    assert seen["verdict"] and seen["findings"] >= 1
+    if CAN_TRACE:
+        assert seen["flames"] >= 2, "a flame graph and the differential between client counts"
+        assert all(n > 10 for n in seen["flame_frames"]), seen["flame_frames"]
+    assert (sweep / "report.png").stat().st_size > 50_000
+
+
+def test_report_text_and_json_come_from_the_same_analysis(sweep: Path) -> None:
+    as_json = pgscope("report", str(sweep), "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    findings = doc["findings"]
+    assert findings and {"id", "title", "confidence", "evidence", "recommendations"} <= set(
+        findings[0]
+    )
+    assert findings[0]["confidence"] in ("high", "medium", "low")
+    assert all(e["source"] and e["label"] for e in findings[0]["evidence"])
+    text = pgscope("report", str(sweep))
+    assert findings[0]["title"] in text.stdout
+    again = pgscope("report", str(sweep), "--format", "html")
+    assert again.returncode == 0 and Path(again.stdout.strip()) == sweep / "report.html"
+
+
+@needs_chromium
+def test_a_report_without_tracing_or_profiling_says_why(tmp_path: Path) -> None:
+    # No bpftrace, no perf on PATH (both live in /usr/bin): the collectors cannot run.
+    # (not /bin either: it links to /usr/bin on this system)
+    path = f"{Path(sys.executable).parent}:{find_binaries().bindir}"
+    result = pgscope(
+        "run",
+        "scaling",
+        *SWEEP,
+        "--collectors",
+        "activity,usdt,perf",
+        "--results-dir",
+        str(tmp_path),
+        env={"PATH": path},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = Path(json.loads(result.stdout)["run_dir"])
+    seen = open_in_chromium(run_dir / "report.html")
+    assert seen["errors"] == []
+    assert tuple(seen["sections"]) == SECTIONS
+    notes = " ".join(seen["notes"])
+    assert "The usdt collector could not run here" in notes and "bpftrace" in notes
+    assert "The perf collector could not run here" in notes and "perf" in notes
+    html = (run_dir / "report.html").read_text()
+    assert "What this run could not judge" in html
+
+
+def test_a_missing_foreign_or_corrupt_store_is_a_one_line_error(tmp_path: Path) -> None:
+    missing = pgscope("report", str(tmp_path / "nothing-here"))
+    assert missing.returncode == 3
+    assert "not a pgscope run folder" in one_line_error(missing)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    db = duckdb.connect(str(foreign / "run.duckdb"))
+    db.execute("CREATE TABLE orders (id int)")
+    db.close()
+    result = pgscope("report", str(foreign), "--format", "html")
+    assert result.returncode == 3
+    assert "is not a pgscope run store" in one_line_error(result)
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "run.duckdb").write_bytes(os.urandom(64 * 1024))
+    result = pgscope("report", str(corrupt))
+    assert result.returncode == 3
+    assert "cannot open the run store" in one_line_error(result)
