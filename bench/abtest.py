@@ -75,7 +75,7 @@ def pgbench_tps(
         cluster.conn.conninfo(),
     ]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return parse_summary(out.stdout)["tps"]
+    return float(parse_summary(out.stdout)["tps"])
 
 
 @dataclass(frozen=True)
@@ -149,12 +149,24 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
+@dataclass
+class Collecting:
+    store: Any  # RunStore, open for the block
+    collectors: Any  # CollectorSet: step_started/step_finished drive step-scoped collectors
+
+
 @contextmanager
 def collecting(
-    selection: dict[str, dict[str, Any]], pg: PgBinaries, cluster: EmbeddedCluster, run_dir: Path
-) -> Iterator[Any]:
+    selection: dict[str, dict[str, Any]],
+    pg: PgBinaries,
+    cluster: EmbeddedCluster,
+    run_dir: Path,
+    on_stopped: Callable[[Any], None] | None = None,
+) -> Iterator[Collecting]:
     """Run collectors against `cluster` for the duration of the block, exactly as a run does
-    (same CollectorSet, same store); yields the open RunStore."""
+    (same CollectorSet, same store). `on_stopped(store)` reads what the collectors wrote when
+    they stopped, before the store closes. A collector that is unavailable here stops the
+    benchmark: its numbers would be meaningless."""
     import os
 
     from pgscope.collect.base import CollectorContext, CollectorEnv
@@ -177,6 +189,9 @@ def collecting(
     store = RunStore.create(run_dir, meta)
     env = CollectorEnv(pg, "embedded", None, os.geteuid() == 0)
     collectors = CollectorSet(selection, env, store, lambda m: print(f"  · {m}"))
+    if collectors.unavailable:
+        store.close()
+        raise SystemExit(f"bench: collectors unavailable: {collectors.unavailable}")
     ctx = CollectorContext(
         env=env,
         conn=cluster.conn,
@@ -189,7 +204,11 @@ def collecting(
     )
     collectors.start(ctx)
     try:
-        yield store
+        yield Collecting(store, collectors)
     finally:
         collectors.stop()
-        store.close()
+        try:
+            if on_stopped is not None:
+                on_stopped(store)
+        finally:
+            store.close()
