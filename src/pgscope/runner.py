@@ -281,6 +281,7 @@ def execute(
         server.conn.conninfo() if server else "embedded",
         describe_host(),
     )
+    _make_results_dir(options.results_dir)
     check_free_space(options.results_dir, MIN_FREE_RESULTS, "the results folder")
     if account is not None:
         work = options.work_dir or Path(tempfile.gettempdir())
@@ -375,6 +376,17 @@ def _start_cluster(
 
 MIN_FREE_RESULTS = 64 * 2**20  # the store, logs and per-step transaction logs of a short run
 MIN_FREE_CLUSTER = 256 * 2**20  # initdb, WAL, and pgbench's tables on top (per scale unit)
+
+
+def _make_results_dir(folder: Path) -> None:
+    """Create the results folder first: a folder that cannot exist (read-only parent, a
+    pseudo file system such as /proc) is the error to report, not its free space."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot create run folder {folder}: {exc.strerror or exc}"
+        ) from None
 
 
 def check_free_space(folder: Path, needed: int, what: str) -> None:
