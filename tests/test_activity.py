@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -76,7 +75,9 @@ def background_load(
 
 
 def stop_load(load: subprocess.Popen[bytes]) -> None:
-    load.send_signal(signal.SIGINT)
+    # SIGTERM, not SIGINT: a test session started in the background (as CI may) passes an
+    # ignored SIGINT on to its children, and pgbench would run on until the timeout.
+    load.terminate()
     try:
         load.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -141,6 +142,8 @@ def test_row_lock_waits_grow_with_clients_in_a_tpcb_run(tmp_path: Path) -> None:
         "1",
         "--set",
         "shared_buffers=128MB",
+        "--collectors",
+        "activity",
         "--json",
         "--results-dir",
         str(tmp_path),

@@ -73,6 +73,9 @@ def _child_setup(death_signal: int, cpus: set[int] | None) -> Callable[[], None]
     def setup() -> None:
         # Runs in the child after fork and after the user switch (which would clear it).
         _libc.prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
+        # An ignored SIGINT survives exec: started from a background job or nohup, pgbench
+        # would ignore the SIGINT that asks it to stop and print its summary.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if cpus:
             os.sched_setaffinity(0, cpus)
 
