@@ -1,11 +1,15 @@
 """Events on the timeline: what an action (a CHECKPOINT, say) does to throughput.
 
 For each step with an action, or a checkpoint the server started by itself (from its log):
-the throughput before it (median of the per-second tps over
-the 10 s before, warm-up excluded), the dip after it (the lowest second within 20 s, as a
-share of that), how long throughput took to come back to 90% of it, and, where the `pgstats`
-collector ran, WAL bytes and full-page images per second before and after. Pure functions of
-the store.
+the throughput before it (median of the per-second tps over the 10 s before, warm-up
+excluded), the dip after it (the lowest second within 10 s, as a share of that), how long
+throughput took to come back to 90% of it, and, where the `pgstats` collector ran, WAL bytes
+and full-page images per second before and after. Pure functions of the store.
+
+The lowest of ten noisy seconds is always below their median, event or not: on a shared
+2-core host one second in ten is commonly 10-20% low. So each dip carries its noise, three
+robust standard deviations (1.4826 x the median absolute deviation) of the seconds before, and
+the part of the dip beyond it; the diagnosis judges that part, not the raw depth.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from pgscope.analyze.pgstats import rates
 from pgscope.store import table_exists
 
 BEFORE_S = 10.0
-AFTER_S = 20.0
+AFTER_S = 10.0  # the field case's dips recovered within 5-10 s; later lows are other drift
 RECOVERED = 0.9
+NOISE_SIGMAS = 3.0
 
 
 @dataclass(frozen=True)
@@ -39,13 +44,29 @@ class Dip:
     fpi_per_s_after: float | None
     wal_bytes_per_s_before: float | None
     wal_bytes_per_s_after: float | None
+    noise_pct: float  # how low a second falls by chance here: 3 robust sigmas before, in %
 
     @property
     def depth_pct(self) -> float:
         return (1 - self.tps_lowest / self.tps_before) * 100 if self.tps_before else 0.0
 
+    @property
+    def excess_pct(self) -> float:
+        """The part of the dip beyond the seconds-to-second noise before it."""
+        return max(0.0, self.depth_pct - self.noise_pct)
+
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "depth_pct": self.depth_pct}
+        return {**self.__dict__, "depth_pct": self.depth_pct, "excess_pct": self.excess_pct}
+
+
+def noise_pct(seconds: list[float]) -> float:
+    """Three robust standard deviations of per-second tps, as % of their median: a robust
+    spread, so one odd second (the tail of an earlier event) does not widen it."""
+    median = statistics.median(seconds)
+    if median <= 0:
+        return 0.0
+    mad = statistics.median(abs(v - median) for v in seconds)
+    return NOISE_SIGMAS * 1.4826 * mad / median * 100
 
 
 def _mean_in(series: list[tuple[int, float]], start: int, end: int) -> float | None:
@@ -106,6 +127,7 @@ def dips(db: duckdb.DuckDBPyConnection) -> list[Dip]:
                 _mean_in(fpi, action_us, action_us + window),
                 _mean_in(wal, action_us - window, action_us),
                 _mean_in(wal, action_us, action_us + window),
+                noise_pct(before),
             )
         )
     return out

@@ -88,6 +88,7 @@ def print_variants(console: Console, result: RunResult) -> None:
             "tps before",
             "lowest",
             "dip",
+            "noise",
             "at",
             "back to 90%",
             "FPI/s before → after",
@@ -112,6 +113,7 @@ def print_variants(console: Console, result: RunResult) -> None:
                 f"{d.tps_before:,.0f}",
                 f"{d.tps_lowest:,.0f}",
                 f"{d.depth_pct:.0f}%",
+                f"{d.noise_pct:.0f}%",
                 f"+{d.lowest_after_s:.0f} s",
                 f"+{d.recovered_after_s:.0f} s"
                 if d.recovered_after_s is not None
