@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,3 +146,39 @@ def shared_cluster(
         pg, server_account(None), log, {**benchmark_defaults(16), **SMALL_SERVER}
     ) as running:
         yield running
+
+
+FACTS = DATA / "facts"
+
+
+def run_doc(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The JSON document of a run that must have succeeded, every step of it."""
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc: dict[str, Any] = json.loads(result.stdout)
+    assert all(s["status"] == "ok" for s in doc["steps"]), doc["steps"]
+    return doc
+
+
+def diagnosis(doc: dict[str, Any], case: str, expected: str) -> dict[str, Any]:
+    """The run's diagnosis. With PGSCOPE_RECORD_FACTS=1, also records the run's facts as the
+    fixture tests/test_diagnose.py replays (tests/data/facts/<case>.json)."""
+    if os.environ.get("PGSCOPE_RECORD_FACTS"):
+        FACTS.mkdir(parents=True, exist_ok=True)
+        (FACTS / f"{case}.json").write_text(
+            json.dumps(
+                {
+                    "case": case,
+                    "expected_top": expected,
+                    "recorded_from": doc["command_line"],
+                    "sheets": doc["facts"],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+    return dict(doc["diagnosis"])
+
+
+def top_finding(diag: dict[str, Any]) -> str:
+    assert diag["findings"], diag
+    return str(diag["findings"][0]["id"])

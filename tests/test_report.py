@@ -159,6 +159,7 @@ def test_a_report_without_tracing_or_profiling_says_why(tmp_path: Path) -> None:
         "run",
         "scaling",
         *SWEEP,
+        *("--clients", "1,2", "--repeats", "1", "--duration", "2"),  # what is missing is the point
         "--collectors",
         "activity,usdt,perf",
         "--results-dir",
