@@ -205,8 +205,8 @@ def _wait_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) ->
         return
     by_clients = {p.clients: p.profile for p in waits.by_clients if p.variant == variant}
     profile = by_clients.get(peak)
-    if profile is None or not profile.entries:
-        return
+    if profile is None or not profile.samples:
+        return  # not sampled (no activity collector); sampled but never active still counts
     source = "activity"
     for entry in profile.entries:
         sheet.add(

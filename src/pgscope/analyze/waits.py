@@ -215,7 +215,10 @@ def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfil
     for variant, clients, wtype, event, n in rows:
         grouped.setdefault((variant, clients), []).append((wtype, event, n))
     out = []
-    for (variant, clients), entries in grouped.items():
+    # Every sampled cell, also one whose sessions were never active (a think-time bound
+    # load): its states are the evidence, and its profile is empty.
+    for variant, clients in [*grouped, *(k for k in instants if k not in grouped)]:
+        entries = grouped.get((variant, clients), [])
         total = sum(n for *_, n in entries)
         counts = states.get((variant, clients), {})
         client_rows = sum(counts.values()) or 1
