@@ -18,7 +18,7 @@ from tests.conftest import diagnosis, pgscope, run_doc, top_finding
 from tests.plant import cold_page_cache
 
 COMMON = """
-duration = 4
+duration = 3
 warmup = 1
 repeats = 1
 order = "sequential"

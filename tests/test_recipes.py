@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from typing import Any
 import duckdb
 import pytest
 
+from pgscope.analyze.profile import differential, load_profile, recordings, steps_of
+from pgscope.render.flame import diff_flame_html
+from pgscope.store import RunStore
 from tests.conftest import diagnosis, pgscope, run_doc, top_finding
 from tests.plant import slow_writes, slow_writes_unavailable
 
@@ -82,6 +86,59 @@ def test_the_logging_recipe_names_statement_logging(logging_run: dict[str, Any])
     assert top_finding(diag) == "statement-logging-volume", diag["findings"][:2]
     cost = next(f for f in diag["findings"] if f["id"] == "statement-logging")
     assert cost["variant"] is None and cost["confidence"] == "high", cost
+
+
+# The logging path in the backend and in this kernel, leaf to caller.
+LOGGING_PATH = {
+    "errfinish",
+    "EmitErrorReport",
+    "send_message_to_server_log",
+    "write_pipe_chunks",
+    "write",
+    "__libc_write",
+    "pipe_write_[k]",
+    "anon_pipe_write_[k]",  # pipe_write since Linux 6.14
+    "__GI___libc_write",  # libc6-dbg names the wrapper so
+    "vfs_write_[k]",
+    "ksys_write_[k]",
+    "__x64_sys_write_[k]",
+}
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("perf") is None,
+    reason="perf profiles need root and perf (apt-get install linux-perf)",
+)
+def test_log_statement_all_grows_the_logging_path(logging_run: dict[str, Any]) -> None:
+    """Issue 5, item 1: two profiles, and a differential in which the logging path
+    (errfinish -> EmitErrorReport -> write_pipe_chunks -> write -> pipe_write) is among the
+    top growths."""
+    store = RunStore.open(Path(logging_run["run_dir"]))
+    try:
+        cpu = [r for r in recordings(store) if r.kind == "cpu"]
+        assert {r.variant for r in cpu if r.total > 0} == {"none", "all", "all-duration"}
+        quiet = load_profile(store, "cpu", steps_of(store, "none"), label="none")
+        logged = load_profile(store, "cpu", steps_of(store, "all"), label="all")
+    finally:
+        store.close()
+    # 3 steps of ~3 s of two busy backends at 99 Hz on 2 CPUs: hundreds of samples each.
+    assert quiet.total > 200 and logged.total > 200, (quiet.total, logged.total)
+    backends = logged.only(roles=["backend"])
+    assert backends.total > 0.5 * logged.total
+
+    diff = differential(quiet, logged, limit=12)
+    top = [d.name for d in diff.grew]
+    assert LOGGING_PATH & set(top), f"no logging frame among the top growths: {top}"
+    errfinish = next(
+        d for d in differential(quiet, logged, limit=10_000).grew if d.name == "errfinish"
+    )
+    assert errfinish.total_a < 0.01 < errfinish.total_b, errfinish
+    # The syslogger (reading the pipe) works only when statements are logged.
+    logger_share = logged.only(roles=["logger"]).total / logged.total
+    assert logger_share > quiet.only(roles=["logger"]).total / quiet.total
+
+    page = diff_flame_html(quiet, logged, diff, "log_statement none -> all")
+    assert "errfinish" in page and '"differential":true' in page
 
 
 # -- syncrep --------------------------------------------------------------------------------

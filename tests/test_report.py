@@ -37,7 +37,7 @@ SWEEP = [
     "--warmup",
     "1",
     "--repeats",
-    "2",
+    "1",
     "--scale",
     "1",
     "--set",
