@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,6 +59,43 @@ def pgscope(
         env={**os.environ, **(env or {})},
         cwd=cwd,
     )
+
+
+def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """The real CLI in the background, its stderr to read line by line (see wait_for_line)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgscope", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float = 180) -> list[str]:
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(pattern, line):
+            return seen
+    raise AssertionError(f"no line matching {pattern!r} in: {seen}")
+
+
+def stop_within(proc: subprocess.Popen[str], sig: signal.Signals, seconds: float = 10) -> str:
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=seconds + 5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"no exit within {seconds} s of {sig.name}") from None
+    assert time.monotonic() - sent < seconds, "slower than promised"
+    return err
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

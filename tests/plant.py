@@ -16,36 +16,47 @@ import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 
 
 @contextlib.contextmanager
-def cold_page_cache(work_dir: Path, every_s: float = 0.2) -> Iterator[None]:
-    """Keep evicting the clusters' data files from the OS page cache (posix_fadvise
-    DONTNEED), as a host whose RAM is smaller than the data would. Without it a 300 MB table
-    sits in this host's 24 GB of page cache and reads never wait for the disk."""
+def repeatedly(action: Callable[[], None], every_s: float) -> Iterator[None]:
+    """Run `action` every `every_s` seconds in a thread while the block runs."""
     done = threading.Event()
 
-    def evict() -> None:
+    def loop() -> None:
         while not done.wait(every_s):
-            for path in work_dir.glob("pgscope-*/data/base/*/*"):
-                with contextlib.suppress(OSError):  # files come and go (temp, dropped)
-                    fd = os.open(path, os.O_RDONLY)
-                    try:
-                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                    finally:
-                        os.close(fd)
+            action()
 
-    thread = threading.Thread(target=evict, daemon=True)
+    thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     try:
         yield
     finally:
         done.set()
         thread.join()
+
+
+def cold_page_cache(
+    work_dir: Path, every_s: float = 0.2
+) -> contextlib.AbstractContextManager[None]:
+    """Keep evicting the clusters' data files from the OS page cache (posix_fadvise
+    DONTNEED), as a host whose RAM is smaller than the data would. Without it a 300 MB table
+    sits in this host's 24 GB of page cache and reads never wait for the disk."""
+
+    def evict() -> None:
+        for path in work_dir.glob("pgscope-*/data/base/*/*"):
+            with contextlib.suppress(OSError):  # files come and go (temp, dropped)
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+
+    return repeatedly(evict, every_s)
 
 
 def whole_disk(path: Path) -> str | None:
@@ -93,25 +104,18 @@ def slow_writes(work_dir: Path, bytes_per_s: int, every_s: float = 0.2) -> Itera
     inherit it). Check `slow_writes_unavailable` first."""
     group = BLKIO / f"pgscope-test-{uuid.uuid4().hex[:8]}"
     group.mkdir()
-    done = threading.Event()
+
+    def keep_in_group() -> None:
+        for pid in _cluster_processes(work_dir):
+            with contextlib.suppress(OSError):  # gone meanwhile
+                (group / "cgroup.procs").write_text(f"{pid}\n")
+
     try:
         (group / "blkio.throttle.write_bps_device").write_text(
             f"{whole_disk(work_dir)} {bytes_per_s}\n"
         )
-
-        def keep_in_group() -> None:
-            while not done.wait(every_s):
-                for pid in _cluster_processes(work_dir):
-                    with contextlib.suppress(OSError):  # gone meanwhile
-                        (group / "cgroup.procs").write_text(f"{pid}\n")
-
-        thread = threading.Thread(target=keep_in_group, daemon=True)
-        thread.start()
-        try:
+        with repeatedly(keep_in_group, every_s):
             yield
-        finally:
-            done.set()
-            thread.join()
     finally:
         for pid in (group / "cgroup.procs").read_text().split():
             with contextlib.suppress(OSError):

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from pgscope.runner import split_clients
-from tests.conftest import one_line_error, pgscope
+from tests.conftest import (
+    one_line_error,
+    pgscope,
+    pgscope_temp_dirs,
+    server_processes,
+    start,
+    stop_within,
+    wait_for_line,
+)
 
 SPEC = """
 workload = "select-only"
@@ -100,3 +110,24 @@ def test_pinning_more_cpus_than_the_host_has_is_refused(tmp_path: Path) -> None:
     result = pgscope("run", str(spec), "--results-dir", str(tmp_path / "r"))
     assert result.returncode == 4
     assert "pins the server to 999 CPUs but this host lets pgscope use" in one_line_error(result)
+
+
+def test_ctrl_c_with_two_instances_running_leaves_nothing(tmp_path: Path) -> None:
+    """Issue 6, item 3: the second cluster a variant starts is gone after Ctrl-C too."""
+    spec = tmp_path / "instances.toml"
+    spec.write_text(
+        SPEC.replace("clients = [2, 4]", "clients = [2]")
+        .replace("duration = 2", "duration = 30")
+        .replace("one = {}\n", "")
+    )
+    before_procs, before_dirs = server_processes(), pgscope_temp_dirs()
+    proc = start(["run", str(spec), "--results-dir", str(tmp_path / "r")])
+    wait_for_line(proc, "starting instance 2")
+    time.sleep(5)  # initialised, and the step's load running on both
+    running = server_processes() - before_procs
+    assert len(pgscope_temp_dirs() - before_dirs) == 2, "two clusters while the step runs"
+    err = stop_within(proc, signal.SIGINT)
+    assert proc.returncode == 130, err
+    time.sleep(1)
+    assert running and server_processes() - before_procs == set(), "no instance or pgbench left"
+    assert pgscope_temp_dirs() - before_dirs == set(), "no cluster directory left"

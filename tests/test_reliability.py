@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,46 +18,17 @@ import duckdb
 import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
-from tests.conftest import one_line_error, pgscope, server_processes
+from tests.conftest import (
+    one_line_error,
+    pgscope,
+    server_processes,
+    start,
+    stop_within,
+    wait_for_line,
+)
 
 CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace")) and bool(shutil.which("perf"))
 BASE = ["--set", "shared_buffers=128MB", "--warmup", "1", "--repeats", "1"]
-
-
-def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "pgscope", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float = 180) -> list[str]:
-    assert proc.stderr is not None
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        if re.search(pattern, line):
-            return seen
-    raise AssertionError(f"no line matching {pattern!r} in: {seen}")
-
-
-def stop_within(proc: subprocess.Popen[str], sig: signal.Signals, seconds: float = 10) -> str:
-    sent = time.monotonic()
-    proc.send_signal(sig)
-    try:
-        _, err = proc.communicate(timeout=seconds + 5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError(f"no exit within {seconds} s of {sig.name}") from None
-    assert time.monotonic() - sent < seconds, "slower than promised"
-    return err
 
 
 def only_run(results: Path) -> Path:
@@ -140,6 +110,34 @@ def test_sigint_mid_step_with_tracers_running_stops_them_all(tmp_path: Path) -> 
     assert server_processes() - before == set(), "bpftrace, perf, pgbench and postgres all gone"
     run_dir = only_run(tmp_path)
     assert query(run_dir, "SELECT count(*) FROM timeline")[0][0] > 0, "rows measured are kept"
+
+
+@pytest.mark.parametrize("moment", ["stopping the embedded cluster", "report: "])
+def test_sigint_during_teardown_or_after_it_keeps_the_run(tmp_path: Path, moment: str) -> None:
+    """The last moments of a run: while the cluster stops (before the report is written), or
+    right after the report is announced. Either way: one line, exit 130 or a clean 0, nothing
+    left behind, and a store that opens."""
+    before = server_processes()
+    proc = start(
+        [
+            "run",
+            "scaling",
+            *("--clients", "1", "--duration", "1", "--scale", "1", *BASE),
+            *("--collectors", "activity,pgstats", "--results-dir", str(tmp_path)),
+        ]
+    )
+    wait_for_line(proc, re.escape(moment))
+    err = stop_within(proc, signal.SIGINT)
+    assert "Traceback" not in err, err
+    if proc.returncode != 0:  # the signal arrived before pgscope was done
+        assert proc.returncode == 130, err
+        one_line_error(subprocess.CompletedProcess([], 130, "", err))
+    time.sleep(0.5)
+    assert server_processes() - before == set(), "no postgres or pgbench may remain"
+    run_dir = only_run(tmp_path)
+    assert query(run_dir, "SELECT status FROM steps") == [("ok",)], "the finished step is kept"
+    report = pgscope("report", str(run_dir), "--format", "json")
+    assert report.returncode == 0, report.stderr
 
 
 def test_a_killed_server_fails_its_step_then_the_run_goes_on(tmp_path: Path) -> None:
