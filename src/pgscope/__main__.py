@@ -1,5 +1,3 @@
-import sys
+from pgscope.cli import entry
 
-from pgscope.cli import main
-
-sys.exit(main())
+entry()

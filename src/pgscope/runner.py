@@ -20,11 +20,8 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Protocol
 
 from pgscope import __version__
@@ -43,7 +40,6 @@ from pgscope.drive.pgbench import (
 )
 from pgscope.errors import (
     EnvironmentProblem,
-    ExitCode,
     Interrupted,
     RefusedError,
     RunFailed,
@@ -52,6 +48,7 @@ from pgscope.errors import (
 )
 from pgscope.host import describe_host, usable_cores
 from pgscope.proc import RunAs, server_account, spawn, stop_process
+from pgscope.signals import signals_as_exceptions
 from pgscope.spec import DEFINE_PREFIX, WRITE_WORKLOADS, LoadedSpec, Spec, setting_text
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
@@ -164,28 +161,6 @@ def cpu_split(pinned: int | None, available: list[int]) -> tuple[set[int] | None
 
 def new_run_id(spec_name: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{spec_name}-{secrets.token_hex(2)}"
-
-
-@contextmanager
-def signals_as_exceptions() -> Iterator[None]:
-    """SIGINT/SIGTERM raise `Interrupted` in the main thread; later ones are ignored so that
-    teardown is not itself interrupted."""
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if signum == signal.SIGINT:
-            raise Interrupted("SIGINT", ExitCode.INTERRUPTED)
-        raise Interrupted("SIGTERM", ExitCode.TERMINATED)
-
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in previous:
-        signal.signal(s, handler)
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @dataclass

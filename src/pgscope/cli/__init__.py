@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import signal
 import sys
 import traceback
 
@@ -16,6 +17,7 @@ import typer
 
 from pgscope.cli.app import app
 from pgscope.errors import ExitCode, PgscopeError
+from pgscope.signals import signals_as_exceptions
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "app":
@@ -31,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=args, prog_name="pgscope", standalone_mode=False)
+        with signals_as_exceptions():
+            result = command.main(args=args, prog_name="pgscope", standalone_mode=False)
         return int(result) if isinstance(result, int) else 0
     except PgscopeError as exc:
         if debug:
@@ -61,4 +64,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point: exit with main()'s code."""
-    sys.exit(main())
+    code = main()
+    # Done, and said so. A Ctrl-C now would land in the interpreter's shutdown, cut the
+    # buffered output short and exit 130 without a word: let it wait for the exit instead.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)

@@ -201,7 +201,8 @@ def run(
     from pgscope.render.console import ConsoleReporter, print_summary
     from pgscope.render.json_doc import run_document
     from pgscope.render.outputs import write_outputs
-    from pgscope.runner import RunOptions, execute, signals_as_exceptions
+    from pgscope.runner import RunOptions, execute
+    from pgscope.signals import signals_as_exceptions
     from pgscope.spec import load_spec, parse_action, parse_client_list, parse_setting
 
     overrides: dict[str, Any] = {}
@@ -271,10 +272,17 @@ def run(
         )
         raise
     err.print(f"· report: {written['report.html']}", highlight=False)
-    if as_json:
-        print_json(document)
-    else:
-        print_summary(out_console(), result)
+    try:
+        if as_json:
+            print_json(document)
+        else:
+            print_summary(out_console(), result)
+    except Interrupted as exc:
+        exc.add_note(
+            f"while printing the summary; the run and its report are in {outcome.run_dir} "
+            f"(pgscope report {outcome.run_dir} prints it again)"
+        )
+        raise
     if outcome.error is not None:
         if isinstance(outcome.error, Interrupted):
             kept = sum(1 for s in result.steps if s["status"] == "ok")
