@@ -415,15 +415,15 @@ def _dip_facts(sheet: FactSheet, result: RunResult, variant: str) -> None:
         sum(d.depth_pct for d in dips) / len(dips) / 100,
         "share",
         "pgbench + server log",
-        f"mean dip of tps after {worst.action} (lowest second in the 10 s after "
-        f"against the median of the 10 s before), over {len(dips)} step(s)",
+        f"mean dip of tps after {worst.action} (lowest 3-second mean in the 10 s "
+        f"after against the median second of the 10 s before), over {len(dips)} step(s)",
     )
     sheet.add(
         "dip.noise",
         sum(d.noise_pct for d in dips) / len(dips) / 100,
         "share",
         "pgbench",
-        "how low a second falls by chance before it (3 robust σ of the seconds before)",
+        "how low a 3-second mean falls by chance (3 robust σ, from the seconds before)",
     )
     sheet.add(
         "dip.excess",

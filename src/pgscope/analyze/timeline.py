@@ -2,18 +2,23 @@
 
 For each step with an action, or a checkpoint the server started by itself (from its log):
 the throughput before it (median of the per-second tps over the 10 s before, warm-up
-excluded), the dip after it (the lowest second within 10 s, as a share of that), how long
-throughput took to come back to 90% of it, and, where the `pgstats` collector ran, WAL bytes
-and full-page images per second before and after. Pure functions of the store.
+excluded), the dip after it (the lowest mean of 3 consecutive seconds within 10 s, as a
+share of that), how long throughput took to come back to 90% of it, and, where the `pgstats`
+collector ran, WAL bytes and full-page images per second before and after. Pure functions of
+the store.
 
-The lowest of ten noisy seconds is always below their median, event or not: on a shared
-2-core host one second in ten is commonly 10-20% low. So each dip carries its noise, three
-robust standard deviations (1.4826 x the median absolute deviation) of the seconds before, and
-the part of the dip beyond it; the diagnosis judges that part, not the raw depth.
+Why 3 seconds: a dip that matters lasts (the field case's recovered over 5-10 s), while a
+shared host stalls now and then for a single second (seen here: one second at a third of the
+tps, the next above it, nothing before or after). And the lowest of noisy values is always
+below their median, event or not. So each dip carries its noise, three robust standard
+deviations (1.4826 x the median absolute deviation) of the seconds before, scaled to a 3-second
+mean (/ sqrt 3), and the part of the dip beyond it; the diagnosis judges that part, not the
+raw depth.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +32,7 @@ BEFORE_S = 10.0
 AFTER_S = 10.0  # the field case's dips recovered within 5-10 s; later lows are other drift
 RECOVERED = 0.9
 NOISE_SIGMAS = 3.0
+DIP_WINDOW = 3  # seconds averaged for the low point
 
 
 @dataclass(frozen=True)
@@ -37,14 +43,14 @@ class Dip:
     action: str
     action_us: int
     tps_before: float
-    tps_lowest: float
-    lowest_after_s: float  # seconds from the action to the lowest second
+    tps_lowest: float  # the lowest mean of DIP_WINDOW consecutive seconds after the action
+    lowest_after_s: float  # seconds from the action to the end of that window
     recovered_after_s: float | None  # to 90% of tps_before; None: not within the step
     fpi_per_s_before: float | None
     fpi_per_s_after: float | None
     wal_bytes_per_s_before: float | None
     wal_bytes_per_s_after: float | None
-    noise_pct: float  # how low a second falls by chance here: 3 robust sigmas before, in %
+    noise_pct: float  # how low a 3-second mean falls by chance: 3 robust sigmas before, in %
 
     @property
     def depth_pct(self) -> float:
@@ -60,13 +66,24 @@ class Dip:
 
 
 def noise_pct(seconds: list[float]) -> float:
-    """Three robust standard deviations of per-second tps, as % of their median: a robust
-    spread, so one odd second (the tail of an earlier event) does not widen it."""
+    """Three robust standard deviations of a DIP_WINDOW-second mean of tps, as % of the
+    median second: robust, so one odd second (the tail of an earlier event) does not widen it."""
     median = statistics.median(seconds)
     if median <= 0:
         return 0.0
     mad = statistics.median(abs(v - median) for v in seconds)
-    return NOISE_SIGMAS * 1.4826 * mad / median * 100
+    return NOISE_SIGMAS * 1.4826 * mad / math.sqrt(DIP_WINDOW) / median * 100
+
+
+def lowest_window(seconds: list[tuple[int, float]]) -> tuple[int, float]:
+    """(end time, mean) of the DIP_WINDOW consecutive seconds with the lowest mean (of all of
+    them when there are fewer)."""
+    width = min(DIP_WINDOW, len(seconds))
+    windows = [
+        (seconds[i + width - 1][0], statistics.fmean(v for _, v in seconds[i : i + width]))
+        for i in range(len(seconds) - width + 1)
+    ]
+    return min(windows, key=lambda w: w[1])
 
 
 def _mean_in(series: list[tuple[int, float]], start: int, end: int) -> float | None:
@@ -107,7 +124,7 @@ def dips(db: duckdb.DuckDBPyConnection) -> list[Dip]:
         if len(before) < 3 or not after:
             continue  # too little steady state before the action to judge a dip
         reference = statistics.median(before)
-        low_ts, low = min(after, key=lambda p: p[1])
+        low_ts, low = lowest_window(after)
         recovered = next(
             (ts for ts, tps in seconds if ts > low_ts and tps >= RECOVERED * reference), None
         )

@@ -86,7 +86,7 @@ def print_variants(console: Console, result: RunResult) -> None:
             "variant",
             "action",
             "tps before",
-            "lowest",
+            "lowest 3 s",
             "dip",
             "noise",
             "at",
