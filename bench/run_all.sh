@@ -31,7 +31,7 @@ if [[ $what == all || $what == recipes ]]; then
   for recipe in logging syncrep checkpoint cpus; do
     step "full-$recipe" .venv/bin/pgscope run "$recipe" --json --results-dir "$out/runs"
   done
-  step planted-checkpoint .venv/bin/python bench/planted_checkpoint.py --mb-per-s 16 \
+  step planted-checkpoint .venv/bin/python bench/planted_checkpoint.py --mb-per-s 64 \
     --results-dir "$out/runs" -- --quick
 fi
 echo "== done: $out"

@@ -263,4 +263,13 @@ def test_cpus_sweeps_cores_and_instances(cpus_run: dict[str, Any]) -> None:
 
 
 def test_the_cpus_recipe_names_cpu_saturation(cpus_run: dict[str, Any]) -> None:
-    assert top_finding(diagnosis(cpus_run, "cpus", "cpu-saturation")) == "cpu-saturation"
+    """With every CPU, select-only saturates them (the server and pgbench share them). The
+    run's top finding may instead explain the 1-CPU variant, which is slower: with the server
+    on one CPU and pgbench on the other, each waits for the other's wake-ups and neither CPU
+    is saturated on this VM (client-bound), or the server's one CPU is (CPU-bound); which one
+    depends on the host's wake-up latency. So the check is per variant."""
+    diag = diagnosis(cpus_run, "cpus", "cpu-saturation")
+    every_cpu = f"cpus-{len(os.sched_getaffinity(0))}"
+    first = next(f for f in diag["findings"] if f["variant"] == every_cpu)
+    assert first["id"] == "cpu-saturation" and first["confidence"] == "high", first
+    assert top_finding(diag) in {"cpu-saturation", "client-bound"}, diag["findings"][:2]
