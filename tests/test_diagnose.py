@@ -58,7 +58,7 @@ def test_every_rule_fires_on_some_recorded_run() -> None:
     ("rule_id", "facts"),
     [
         ("kernel-locks", {"cpu__kernel_lock": 0.2}),
-        ("checkpoint-io", {"dip__excess": 0.45, "dip__fpi_ratio": 1.1}),
+        ("checkpoint-io", {"dip__excess": 0.45, "dip__fpi_wal_share": 0.02}),
     ],
 )
 def test_rules_without_a_recording_fire_on_their_evidence(

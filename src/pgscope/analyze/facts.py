@@ -56,6 +56,8 @@ LOGGING_FUNCTIONS = frozenset(
         "anon_pipe_write_[k]",
     }
 )
+# PostgreSQL's default block size: a full-page image is at most one block of WAL.
+BLOCK_BYTES = 8192
 LOGGING_SETTINGS = (
     "log_statement",
     "log_duration",
@@ -447,6 +449,22 @@ def _dip_facts(sheet: FactSheet, result: RunResult, variant: str) -> None:
             "ratio",
             "pgstats",
             "full-page images per second after the checkpoint against before",
+        )
+    shares = [
+        min(1.0, d.fpi_per_s_after * BLOCK_BYTES / d.wal_bytes_per_s_after)
+        for d in dips
+        if d.fpi_per_s_after is not None and d.wal_bytes_per_s_after
+    ]
+    if shares:
+        # Judged by share, not only by jump: on slow storage the wave of images a checkpoint
+        # starts can outlast the gap to the next one, and then there is no jump to see.
+        sheet.add(
+            "dip.fpi_wal_share",
+            sum(shares) / len(shares),
+            "share",
+            "pgstats",
+            "full-page images' share of the WAL in the 5 s after the checkpoint (at most: "
+            "each counted as a whole 8 kB page)",
         )
     fpi_after = [d.fpi_per_s_after for d in dips if d.fpi_per_s_after is not None]
     if fpi_after:
