@@ -108,6 +108,11 @@ CASES = {
         ExitCode.USAGE,
         "--format 'pdf'",
     ),
+    "json and html": (
+        lambda t: ["report", str(t), "--json", "--format", "html"],
+        ExitCode.USAGE,
+        "choose one",
+    ),
     "script missing": (
         lambda t: ["run", "--script", str(t / "nope.sql")],
         ExitCode.SPEC,

@@ -144,6 +144,7 @@ def test_report_text_and_json_come_from_the_same_analysis(sweep: Path) -> None:
     )
     assert findings[0]["confidence"] in ("high", "medium", "low")
     assert all(e["source"] and e["label"] for e in findings[0]["evidence"])
+    assert json.loads(pgscope("report", str(sweep), "--json").stdout) == doc
     text = pgscope("report", str(sweep))
     assert findings[0]["title"] in text.stdout
     again = pgscope("report", str(sweep), "--format", "html")

@@ -60,6 +60,9 @@ def report(
             "html (rewrites report.html and prints its path).",
         ),
     ] = "text",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The same as --format json, as in every command.")
+    ] = False,
 ) -> None:
     """Re-analyse a run from its store and render it, without running anything.
 
@@ -67,7 +70,7 @@ def report(
     Examples:
       pgscope report results/20261121-113841-scaling-5b4b
       pgscope report results/20261121-113841-scaling-5b4b --format html
-      pgscope report results/20261121-113841-scaling-5b4b --format json | jq .diagnosis
+      pgscope report results/20261121-113841-scaling-5b4b --json | jq .diagnosis
     """
     from pgscope.analyze.run import load_run
     from pgscope.render.console import print_summary
@@ -75,6 +78,10 @@ def report(
 
     if fmt not in ("text", "json", "html"):
         raise UsageError(f"--format {fmt!r}: expected text, json or html")
+    if as_json and fmt == "html":
+        raise UsageError("--json and --format html: choose one")
+    if as_json:
+        fmt = "json"
     result = load_run(run_dir)
     if fmt == "json":
         print_json(run_document(result))
