@@ -4,8 +4,8 @@
 # test suite). Outputs go to bench/results/<UTC time>/; docs/benchmarks.md and
 # docs/field-cases.md are written from them.
 #
-#   bench/run_all.sh            everything (~90 min on the 2-vCPU development VM)
-#   bench/run_all.sh collectors the collector benchmarks only (~50 min)
+#   bench/run_all.sh            everything (~95 min on the 2-vCPU development VM)
+#   bench/run_all.sh collectors the collector benchmarks only (~55 min)
 #   bench/run_all.sh recipes    the recipes only (~40 min)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,7 @@ if [[ $what == all || $what == collectors ]]; then
   step activity-cpu .venv/bin/python bench/bench_activity.py cpu
   step perf .venv/bin/python bench/bench_perf.py --pairs 5 --seconds 15 --profile-seconds 60
   step usdt .venv/bin/python bench/bench_usdt.py --pairs 5 --seconds 10 --scale 10 --bystander --hold
+  step trap-cost .venv/bin/python bench/bench_trap_cost.py --pairs 7 --seconds 10
 fi
 if [[ $what == all || $what == recipes ]]; then
   for recipe in logging syncrep checkpoint cpus scaling; do
