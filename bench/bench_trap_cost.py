@@ -103,8 +103,8 @@ class Traced:
 
     def stop(self) -> int:
         """Detach; the hits counted."""
-        # Again until it exits: a SIGINT that lands just before bpftrace blocks in epoll_wait
-        # is seen only at the next event, and this program prints none after BEGIN.
+        # Again until it exits: once in ~25 stops here bpftrace sat in epoll_wait for over a
+        # minute after one SIGINT (this program prints nothing after BEGIN to wake it).
         for _ in range(60):
             self.proc.send_signal(signal.SIGINT)
             try:
