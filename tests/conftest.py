@@ -83,6 +83,7 @@ def wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float = 18
         seen.append(line)
         if re.search(pattern, line):
             return seen
+    proc.kill()  # never left running behind a failed test
     raise AssertionError(f"no line matching {pattern!r} in: {seen}")
 
 

@@ -27,7 +27,7 @@ from pgscope.session import SessionTarget, collect
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.local import LocalServer
 from pgscope.target.pgbin import PgBinaries, find_binaries
-from tests.conftest import SMALL_SERVER, one_line_error, pgscope
+from tests.conftest import SMALL_SERVER, one_line_error, pgscope, wait_for_line
 
 _ENV = CollectorEnv(find_binaries(), "embedded", None, os.geteuid() == 0)
 _AVAILABLE = UsdtCollector.check(_ENV)
@@ -45,22 +45,6 @@ def init_pgbench(pg: PgBinaries, cluster: EmbeddedCluster) -> None:
     subprocess.run(
         pgbench(pg, cluster, "-i", "-q", "-s", "1", "postgres"), check=True, capture_output=True
     )
-
-
-def wait_until_tracing(proc: subprocess.Popen[str], timeout_s: float = 90) -> list[str]:
-    """Read `pgscope trace`'s progress lines until the collector says it is attached."""
-    assert proc.stderr is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "usdt: tracing" in line:
-            return lines
-    proc.kill()
-    raise AssertionError(f"the trace never attached: {''.join(lines)}")
 
 
 def open_store(run_dir: str | Path) -> duckdb.DuckDBPyConnection:
@@ -204,7 +188,7 @@ def test_a_checkpoint_during_trace_checkpoint_is_one_record_that_adds_up(
          str(cluster.data_dir), "--duration", "6", "--json", "--results-dir", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    wait_until_tracing(proc)
+    wait_for_line(proc, "usdt: tracing", timeout=90)
     before = _buffers_checkpoint(cluster)
     with cluster.conn.connect() as session:
         session.execute("CHECKPOINT")
@@ -385,7 +369,7 @@ def test_sigint_keeps_what_was_traced(
          "--duration", "120", "--results-dir", str(tmp_path / "results")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    wait_until_tracing(proc)
+    wait_for_line(proc, "usdt: tracing", timeout=90)
     with cluster.conn.connect() as session:
         for _ in range(50):
             session.execute("SELECT 1")
@@ -418,7 +402,7 @@ def test_a_trace_ends_early_and_says_so_when_its_server_stops(
          "--duration", "120", "--results-dir", str(tmp_path / "results")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    wait_until_tracing(proc)
+    wait_for_line(proc, "usdt: tracing", timeout=90)
     pid = cluster.postmaster_pid
     started = time.monotonic()
     cluster.stop()
