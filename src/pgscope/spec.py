@@ -192,6 +192,16 @@ class Spec(BaseModel):
             return auto_clients(cores)
         return sorted(self.clients)
 
+    def variant(self, name: str) -> dict[str, SettingValue]:
+        """The settings variant `name` runs with: the spec's `settings` with the variant's own
+        over them, as TOML values (`setting_text` gives PostgreSQL's syntax).
+
+        pgscope's keys (`pgscope.cpus`, `pgscope.instances`, `pgscope.define.NAME`) are kept:
+        they are read from this same merge, so a variant can override the spec's. A new dict
+        each call. Raises KeyError when `name` is not one of the variants.
+        """
+        return {**self.settings, **self.variants[name]}
+
     def pgbench_threads(self, clients: int, cores: int) -> int:
         if self.threads == "auto":
             return max(1, min(clients, cores))
