@@ -17,7 +17,8 @@ from pgscope.collect.bpf import (
     lock_type_name,
 )
 from pgscope.collect.elfprobes import UsdtProbe, list_probes
-from pgscope.collect.usdt import UsdtOptions, capability_problems
+from pgscope.collect.usdthost import capability_problems
+from pgscope.collect.usdtoptions import UsdtOptions
 from pgscope.target.pgbin import PgBinaries
 
 

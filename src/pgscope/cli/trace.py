@@ -153,7 +153,7 @@ def trace(
 def _target(data_dir: Path | None, dsn: str | None) -> SessionTarget:
     """--data-dir needs no connection (tracing reads processes, not SQL); --dsn alone is
     traceable only when the server runs here, which its port and start time tell."""
-    from pgscope.collect.usdt import local_server_for
+    from pgscope.collect.localserver import local_server_for
     from pgscope.errors import TargetError, UsageError
     from pgscope.session import SessionTarget
     from pgscope.target.conn import ConnParams
