@@ -20,7 +20,8 @@ from pgscope.analyze.profile import (
     top_functions,
     wait_sites,
 )
-from pgscope.collect.offcpu import AddressSymbolizer, fold_offcpu_key, state_name
+from pgscope.collect.elfsymbols import AddressSymbolizer
+from pgscope.collect.offcpu import fold_offcpu_key, state_name
 from pgscope.collect.perf import ProcessTree, fold_perf_script, process_role
 from pgscope.render.flame import folded_text
 
