@@ -21,8 +21,9 @@ from pgscope.analyze.profile import (
     wait_sites,
 )
 from pgscope.collect.elfsymbols import AddressSymbolizer
-from pgscope.collect.offcpu import fold_offcpu_key, state_name
-from pgscope.collect.perf import ProcessTree, fold_perf_script, process_role
+from pgscope.collect.offcpufold import fold_offcpu_key, state_name
+from pgscope.collect.perffold import ProcessTree, fold_perf_script
+from pgscope.collect.roles import process_role
 from pgscope.render.flame import folded_text
 
 PERF_SCRIPT = """\
