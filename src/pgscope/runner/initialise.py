@@ -1,0 +1,64 @@
+"""Before the first step: the server's version recorded, the workload's tables created."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from pgscope.errors import TargetError
+from pgscope.proc import spawn, stop_process
+from pgscope.runner.context import RunContext
+from pgscope.target.conn import ConnParams
+from pgscope.target.introspect import server_version
+from pgscope.target.pgbin import PgBinaries
+
+
+def initialise_target(ctx: RunContext) -> int:
+    """Record the server's version, then create pgbench's tables at the spec's scale and run
+    its init_sql. Returns the server's version number (server_version_num)."""
+    spec, store, reporter = ctx.spec, ctx.store, ctx.reporter
+    conn = ctx.pgbench.conn
+    server = ctx.servers.server
+    allow_writes = server is None or server.allow_writes
+    with conn.connect() as session:
+        version, version_num = server_version(session)
+    store.set_server(version, version_num)
+    if spec.scale > 0:
+        reporter.phase(f"initialising pgbench tables at scale {spec.scale}")
+        if ctx.pgbench.initialise(spec.scale, allow_writes=allow_writes):
+            store.add_event("init", f"pgbench -i -s {spec.scale}")
+    init_sql = ctx.loaded.init_sql_path()
+    if init_sql is not None:
+        reporter.phase(f"running {init_sql.name}")
+        run_init_sql(ctx.pgbench.pg, conn, init_sql)
+        store.add_event("init", f"init_sql {init_sql}")
+    return version_num
+
+
+def run_init_sql(pg: PgBinaries, conn: ConnParams, path: Path) -> None:
+    """Run a SQL file with psql: statement by statement (VACUUM and CREATE INDEX
+    CONCURRENTLY cannot run in the one transaction a multi-statement query would be), with
+    psql's own parsing of quoting and meta-commands, stopping at the first error."""
+    argv = [
+        str(pg.path("psql")),
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-f",
+        str(path),
+        conn.conninfo(),
+    ]
+    proc = spawn(argv, env=conn.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=3600)
+    except BaseException:
+        stop_process(proc, signal.SIGINT, grace_s=5)
+        raise
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+        reason = next((ln for ln in lines if "ERROR" in ln or "FATAL" in ln), None)
+        if reason is None:
+            reason = lines[-1] if lines else f"psql exited with {proc.returncode}"
+        raise TargetError(f"init_sql failed: {reason}")

@@ -1,0 +1,141 @@
+"""The loop over the planned steps: each step's variant applied to the servers, collectors
+started once, failed steps counted, a crashed embedded server restarted."""
+
+from __future__ import annotations
+
+import math
+
+from pgscope.collect.base import CollectorContext, CollectorEnv, StepInfo
+from pgscope.drive.pgbench import Workload
+from pgscope.errors import RunFailed, TargetError
+from pgscope.runner.context import RunContext
+from pgscope.runner.initialise import initialise_target
+from pgscope.runner.instances import activate_instances
+from pgscope.runner.plan import PlannedStep
+from pgscope.runner.step import run_step
+from pgscope.runner.variants import cpu_split, effective_settings, variant_cpus, variant_defines
+from pgscope.target.embedded import EmbeddedCluster
+from pgscope.target.introspect import non_default_settings
+
+MAX_CRASHES = 3  # an embedded server that keeps dying is a problem to report, not to retry
+
+
+def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
+    """Initialise the target, then run every planned step in order. Raises RunFailed when
+    every step failed, TargetError when a server pgscope does not own became unreachable."""
+    spec, store, reporter = ctx.spec, ctx.store, ctx.reporter
+    conn = ctx.pgbench.conn
+    version_num = initialise_target(ctx)
+
+    cluster = ctx.servers.cluster
+    collector_ctx = CollectorContext(
+        env=env,
+        conn=conn,
+        store=store,
+        run_dir=store.run_dir,
+        postmaster_pid=lambda: cluster.postmaster_pid if cluster is not None else None,
+        data_dir=cluster.data_dir if cluster is not None else None,
+        server_version_num=version_num,
+        say=reporter.phase,
+    )
+    scripts = tuple(ctx.loaded.scripts())
+    started = False
+    pinned: set[int] | None = None
+    seconds = math.ceil(spec.warmup + spec.duration)
+    captured: set[str] = set()
+    failures = 0
+    crashes = 0
+    for step in ctx.steps:
+        restarted = False
+        if cluster is not None:
+            restarted = cluster.apply_settings(effective_settings(spec, step.variant))
+            if restarted:
+                store.add_event("restart", f"variant {step.variant}", step.step_id)
+                ctx.servers.wait_standbys()
+                if started:  # collectors not yet started have nothing to re-attach
+                    ctx.collectors.target_restarted()
+        server_cpus, bench_cpus = cpu_split(variant_cpus(spec, step.variant), ctx.cpu_list)
+        if cluster is not None and server_cpus != pinned:
+            cluster.pin(server_cpus)
+            pinned = server_cpus
+            store.add_event(
+                "pin",
+                f"server on CPUs {sorted(server_cpus)}, pgbench on "
+                f"{sorted(bench_cpus) if bench_cpus else 'any'}"
+                if server_cpus
+                else "server unpinned",
+                step.step_id,
+            )
+        elif cluster is not None and restarted and server_cpus:
+            cluster.pin(server_cpus)  # a new postmaster starts unpinned
+        if not started:
+            # After the first variant's settings, so its restart (if any) is no gap.
+            ctx.collectors.start(collector_ctx)
+            started = True
+        if step.variant not in captured:
+            with conn.connect() as session:
+                store.add_settings(step.variant, non_default_settings(session))
+            captured.add(step.variant)
+        if cluster is not None:
+            # Each step starts from a clean checkpoint, so the previous step's dirty pages
+            # are not flushed on this step's time.
+            with conn.connect() as session:
+                session.execute("CHECKPOINT")
+        drivers = [ctx.pgbench, *activate_instances(ctx, step)]
+        threads = spec.pgbench_threads(step.clients, ctx.cores)
+        store.begin_step(
+            step.step_id,
+            step.variant,
+            step.clients,
+            step.repeat,
+            threads,
+            spec.duration,
+            spec.warmup,
+            restarted,
+        )
+        reporter.step_started(step, len(ctx.steps), seconds)
+        info = StepInfo(step.step_id, step.variant, step.clients, step.repeat)
+        ctx.collectors.step_started(info)
+        try:
+            workload = Workload(
+                spec.workload, scripts, spec.protocol, variant_defines(spec, step.variant)
+            )
+            ok = run_step(ctx, step, workload, seconds, bench_cpus, drivers)
+        finally:
+            ctx.collectors.step_finished(info)
+            ctx.collectors.reap()
+        if not ok:
+            failures += 1
+            if not ctx.servers.target_alive():
+                if cluster is None:
+                    raise TargetError(
+                        f"the server became unreachable during step "
+                        f"{step.step_id}; pgscope stops rather than wait for a "
+                        f"server it does not own"
+                    )
+                crashes += 1
+                _recover(ctx, cluster, step, crashes)
+    if failures == len(ctx.steps):
+        raise RunFailed(
+            f"all {failures} steps failed; see the step errors in {store.run_dir} "
+            f"(pgscope report {store.run_dir})"
+        )
+
+
+def _recover(ctx: RunContext, cluster: EmbeddedCluster, step: PlannedStep, crashes: int) -> None:
+    """The embedded server died during `step` (killed, crashed): record it, start it again
+    (PostgreSQL recovers from its WAL), and let the run go on with the next step."""
+    reason = cluster.exit_reason()
+    ctx.store.add_event("server-died", f"during step {step.step_id}: {reason}", step.step_id)
+    if crashes > MAX_CRASHES:
+        raise TargetError(
+            f"the embedded server died {crashes} times (last: {reason}); see "
+            f"{ctx.store.run_dir / 'server.log'}"
+        )
+    ctx.reporter.phase(
+        f"the server died during step {step.step_id} ({reason}); restarting it and going on"
+    )
+    cluster.resume()
+    ctx.servers.wait_standbys()
+    ctx.store.add_event("server-restarted", "after crash recovery", step.step_id)
+    ctx.collectors.target_restarted()

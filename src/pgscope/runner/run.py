@@ -1,0 +1,207 @@
+"""One run, from a validated spec to its run folder: preflight, the store, the servers, the
+steps, and the run's final status, on every way out."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pgscope import __version__
+from pgscope.collect.base import CollectorEnv
+from pgscope.collect.manager import CollectorSet
+from pgscope.drive.pgbench import Pgbench
+from pgscope.errors import EnvironmentProblem, Interrupted, RefusedError, RunFailed, TargetError
+from pgscope.host import describe_host, usable_cores
+from pgscope.proc import RunAs, server_account
+from pgscope.runner.context import Reporter, RunContext
+from pgscope.runner.loop import run_steps
+from pgscope.runner.plan import plan_steps
+from pgscope.runner.preflight import (
+    check_folders,
+    check_host_fits,
+    check_server_request,
+    validate_variants,
+)
+from pgscope.runner.topology import Topology
+from pgscope.signals import signals_as_exceptions
+from pgscope.spec import LoadedSpec
+from pgscope.store import RunMeta, RunStore
+from pgscope.target.conn import ConnParams
+from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
+from pgscope.target.pgbin import PgBinaries, find_binaries
+from pgscope.target.server import ExistingServer
+from pgscope.target.serverlog import checkpoint_events
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run (not what): these never change the experiment's meaning."""
+
+    results_dir: Path
+    command_line: str
+    pg_bin: Path | None = None
+    dsn: str | None = None
+    allow_writes: bool = False
+    run_as: str | None = None
+    work_dir: Path | None = None
+    keep_xact_logs: bool = True
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    status: str  # "complete", "partial" (some steps failed), "interrupted", "failed"
+    error: Exception | None
+
+
+def new_run_id(spec_name: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{spec_name}-{secrets.token_hex(2)}"
+
+
+def execute(
+    loaded: LoadedSpec, options: RunOptions, reporter: Reporter, seed: int | None = None
+) -> RunOutcome:
+    """Run the experiment. Returns the outcome; the run folder always holds what was measured.
+
+    Errors before the store exists (bad binaries, unwritable folder, unreachable server) raise
+    directly: there is nothing to keep yet.
+    """
+    spec = loaded.spec
+    cores = usable_cores()
+    check_host_fits(loaded, cores)
+    if spec.seed is not None:
+        seed = spec.seed
+    elif seed is None:
+        seed = secrets.randbelow(2**31)
+    steps = plan_steps(spec, cores, seed)
+    target_kind = "server" if options.dsn else "embedded"
+    pg = find_binaries(options.pg_bin, need_server=target_kind == "embedded")
+    pg.path("pgbench")  # fail now, not after initdb, when pgbench is missing
+    server: ExistingServer | None = None
+    account: RunAs | None = None
+    if options.dsn:
+        server = ExistingServer(ConnParams.from_dsn(options.dsn), options.allow_writes)
+        check_server_request(spec, server, options.allow_writes)
+        server.check_reachable()
+    else:
+        account = server_account(options.run_as)
+
+    run_id = new_run_id(spec.name)
+    run_dir = options.results_dir / run_id
+    meta = RunMeta(
+        run_id,
+        spec.name,
+        loaded.source,
+        loaded.toml_text,
+        spec.model_dump_json(),
+        options.command_line,
+        __version__,
+        target_kind,
+        server.conn.conninfo() if server else "embedded",
+        describe_host(),
+    )
+    cluster_dir = (options.work_dir or Path(tempfile.gettempdir())) if account is not None else None
+    check_folders(options.results_dir, cluster_dir, spec.scale)
+    store = RunStore.create(run_dir, meta)
+    store.add_event("plan", f"{len(steps)} steps, seed {seed}, {cores} usable cores")
+    env = CollectorEnv(pg, target_kind, server.conn if server else None, os.geteuid() == 0)
+    error: Exception | None = None
+    try:
+        with signals_as_exceptions():
+            collectors = CollectorSet(spec.collector_selection(), env, store, reporter.phase)
+            with Topology(reporter.phase, store, server) as servers:
+                ctx = RunContext(
+                    loaded,
+                    steps,
+                    store,
+                    reporter,
+                    collectors,
+                    cores,
+                    options.keep_xact_logs,
+                    sorted(os.sched_getaffinity(0)),
+                    servers,
+                )
+                try:
+                    if account is not None:
+                        _start_cluster(ctx, pg, account, options, env)
+                    ctx.driver = Pgbench(
+                        pg, servers.conn, server is not None and not server.allow_writes
+                    )
+                    run_steps(ctx, env)
+                finally:
+                    # Before the servers stop, which they do even if this raised (a full
+                    # disk can fail the collectors' last writes).
+                    collectors.stop()
+    except (Interrupted, TargetError, RefusedError, RunFailed) as exc:
+        error = exc
+    except BaseException as exc:
+        full = disk_full(exc)
+        with contextlib.suppress(Exception):  # the store itself may be on the full disk
+            store.finish_run("failed", full or str(exc) or type(exc).__name__)
+        with contextlib.suppress(Exception):
+            store.close()
+        if full:
+            raise EnvironmentProblem(
+                f"{full}; the run stopped, keeping what was written to {run_dir} before"
+            ) from None
+        raise
+    _ingest_server_log(store, run_dir / "server.log")
+    status = _final_status(store, error)
+    store.finish_run(status, str(error) if error else None)
+    store.close()
+    return RunOutcome(run_dir, status, error)
+
+
+def _start_cluster(
+    ctx: RunContext, pg: PgBinaries, account: RunAs, options: RunOptions, env: CollectorEnv
+) -> EmbeddedCluster:
+    """Start the embedded cluster with benchmark defaults plus what collectors need, and check
+    every variant's settings with the server's own parser before any load."""
+    startup = {
+        **benchmark_defaults(max(s.clients for s in ctx.steps)),
+        **ctx.collectors.startup_settings(env),
+    }
+    cluster = ctx.servers.start_embedded(pg, account, startup, options.work_dir, ctx.spec.standbys)
+    validate_variants(cluster, ctx.spec)
+    return cluster
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """A one-line account of a write that failed because the disk is full, else None."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return f"the disk is full: {exc.filename or ''} {exc.strerror}".strip()
+    text = str(exc)
+    if "No space left on device" in text or "ENOSPC" in text:
+        return "the disk is full: " + " ".join(text.split())[:200]
+    return None
+
+
+def _ingest_server_log(store: RunStore, log: Path) -> None:
+    """Checkpoint starts and ends from the embedded server's log, as events of the step
+    they fall in (none for a user's server: pgscope does not read its log)."""
+    windows = store.query("SELECT step_id, started_us, ended_us FROM steps")
+    for event in checkpoint_events(log):
+        step_id = next(
+            (
+                w["step_id"]
+                for w in windows
+                if w["started_us"] <= event.ts_us <= (w["ended_us"] or event.ts_us)
+            ),
+            None,
+        )
+        store.add_event(event.kind, event.detail, step_id, ts_us=event.ts_us)
+
+
+def _final_status(store: RunStore, error: Exception | None) -> str:
+    if isinstance(error, Interrupted):
+        return "interrupted"
+    if error is not None:
+        return "failed"
+    statuses = [s["status"] for s in store.steps()]
+    return "complete" if statuses and all(s == "ok" for s in statuses) else "partial"

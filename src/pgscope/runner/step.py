@@ -1,0 +1,133 @@
+"""One step: pgbench run against the active instances, its transactions measured and stored."""
+
+from __future__ import annotations
+
+from pgscope.drive.actions import StepActions
+from pgscope.drive.pgbench import (
+    Pgbench,
+    ProgressRow,
+    RunningPgbench,
+    StepRun,
+    Workload,
+    analyse_logs,
+    archive_logs,
+    follow,
+)
+from pgscope.errors import Interrupted
+from pgscope.runner.context import RunContext
+from pgscope.runner.instances import split_clients
+from pgscope.runner.plan import PlannedStep
+
+
+def run_step(
+    ctx: RunContext,
+    step: PlannedStep,
+    workload: Workload,
+    seconds: int,
+    bench_cpus: set[int] | None,
+    drivers: list[Pgbench],
+) -> bool:
+    """One step: pgbench against each active instance at once (one instance, usually), then
+    statistics over every transaction of every instance."""
+    store, reporter = ctx.store, ctx.reporter
+    step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
+    shares = split_clients(step.clients, len(drivers))
+
+    def on_progress(index: int, row: ProgressRow) -> None:
+        store.add_progress(
+            step.step_id,
+            row.ts_us,
+            row.tps,
+            row.latency_ms,
+            row.latency_stddev_ms,
+            row.failed,
+            instance=index + 1,
+        )
+        if index == 0:
+            reporter.progress(step, row)
+
+    actions = StepActions(ctx.pgbench.conn, ctx.spec.actions)
+    actions.start()
+    runs: list[RunningPgbench] = []
+    try:
+        for index, (driver, clients) in enumerate(zip(drivers, shares, strict=True)):
+            prefix = "xact" if index == 0 else f"xact-{index + 1}"
+            runs.append(
+                driver.start(
+                    workload,
+                    clients=clients,
+                    threads=ctx.spec.pgbench_threads(clients, ctx.cores),
+                    seconds=seconds,
+                    log_prefix=step_dir / prefix,
+                    cpus=bench_cpus,
+                )
+            )
+        results = follow(runs, on_progress)
+    except Interrupted:
+        for run in runs:
+            run.finish()
+        store.finish_step(step.step_id, "interrupted", "run interrupted during this step", {})
+        raise
+    finally:
+        for done in actions.finish():
+            store.add_event("action", done.describe(), step.step_id, ts_us=done.started_us)
+    return _measure(ctx, step, results, shares)
+
+
+def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares: list[int]) -> bool:
+    """Statistics of the step from every instance's transaction log, stored with the step's
+    end; the logs archived (or removed). True when the step succeeded."""
+    store, reporter, warmup = ctx.store, ctx.reporter, ctx.spec.warmup
+    step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
+    log_files = [f for result in results for f in result.log_files()]
+    stats, per_second = analyse_logs(log_files, warmup)
+    store.add_latency_seconds(
+        step.step_id,
+        [
+            (s.second_us, s.xacts, s.failed, s.p50_ms, s.p95_ms, s.p99_ms, s.max_ms)
+            for s in per_second
+        ],
+    )
+    if len(results) > 1:
+        for index, (result, clients) in enumerate(zip(results, shares, strict=True)):
+            store.add_instance_result(
+                step.step_id, index + 1, clients, result.summary.get("tps"), result.error
+            )
+    archive = step_dir / "xact.parquet"
+    if ctx.keep_xact_logs:
+        archived = archive_logs(log_files, archive)
+    else:
+        archived = 0
+        for log in log_files:
+            log.unlink()
+    errors = [
+        f"instance {i + 1}: {r.error}" if len(results) > 1 else r.error
+        for i, r in enumerate(results)
+        if r.error
+    ]
+    error = "; ".join(e for e in errors if e) or None
+    if error is None and stats is None:
+        error = "pgbench completed no transaction in the measured window"
+    pgbench_tps = [r.summary.get("tps") for r in results]
+    values: dict[str, object] = {
+        "pgbench_tps": sum(t for t in pgbench_tps if t is not None) if any(pgbench_tps) else None,
+        "xact_log": str(archive.relative_to(store.run_dir)) if archived else None,
+    }
+    if stats is not None:
+        values.update(
+            window_start_us=stats.window_start_us,
+            window_end_us=stats.window_end_us,
+            tps=stats.tps,
+            xacts=stats.xacts,
+            failed=stats.failed,
+            latency_mean_ms=stats.mean_ms,
+            p50_ms=stats.p50_ms,
+            p90_ms=stats.p90_ms,
+            p95_ms=stats.p95_ms,
+            p99_ms=stats.p99_ms,
+            p999_ms=stats.p999_ms,
+            max_ms=stats.max_ms,
+        )
+    store.finish_step(step.step_id, "ok" if error is None else "failed", error, values)
+    reporter.step_finished(step, stats, error)
+    return error is None
