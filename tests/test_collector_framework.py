@@ -18,7 +18,7 @@ from pgscope.collect.base import (
     CollectorEnv,
     StepInfo,
 )
-from pgscope.runner import RunOptions, execute
+from pgscope.runner.run import RunOptions, execute
 from pgscope.spec import load_spec
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pgscope.runner import split_clients
+from pgscope.runner.instances import split_clients
 from tests.conftest import (
     one_line_error,
     pgscope,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pgscope.errors import InputFileError, SpecError
-from pgscope.runner import effective_settings, plan_steps
+from pgscope.runner.plan import plan_steps
+from pgscope.runner.variants import effective_settings
 from pgscope.spec import (
     auto_clients,
     load_spec,

@@ -16,7 +16,8 @@ import pytest
 
 from pgscope.analyze.usdt import average_waiting, by_step, checkpoints
 from pgscope.collect import default_selection, registry
-from pgscope.runner import PlannedStep, RunOptions, execute
+from pgscope.runner.plan import PlannedStep
+from pgscope.runner.run import RunOptions, execute
 from pgscope.spec import load_spec
 from pgscope.target.pgbin import PgBinaries
 from tests.conftest import pgscope as run_cli

@@ -19,7 +19,7 @@ from pgscope.collect.base import CollectorContext, CollectorEnv
 from pgscope.collect.manager import CollectorSet
 from pgscope.errors import EnvironmentProblem, ExitCode, Interrupted
 from pgscope.host import describe_host
-from pgscope.runner import new_run_id
+from pgscope.runner.run import new_run_id
 from pgscope.signals import signals_as_exceptions
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
