@@ -201,7 +201,7 @@ def run(
     from pgscope.render.console import ConsoleReporter, print_summary
     from pgscope.render.json_doc import run_document
     from pgscope.render.outputs import write_outputs
-    from pgscope.runner import RunOptions, execute
+    from pgscope.runner.run import RunOptions, execute
     from pgscope.signals import signals_as_exceptions
     from pgscope.spec import load_spec, parse_action, parse_client_list, parse_setting
 
@@ -301,7 +301,7 @@ def run(
 def _show_plan(loaded: Any, as_json: bool) -> None:
     """The steps an experiment would run, in order, and an estimate of its time."""
     from pgscope.host import usable_cores
-    from pgscope.runner import plan_steps
+    from pgscope.runner.plan import plan_steps
     from pgscope.spec import setting_text
 
     spec = loaded.spec
