@@ -135,8 +135,8 @@ def execute(
                     )
                     run_steps(ctx, env)
                 finally:
-                    # Before the servers stop, which they do even if this raised (a full
-                    # disk can fail the collectors' last writes).
+                    # While the servers they watch are still up; the servers stop even if
+                    # this raised (a full disk can fail the collectors' last writes).
                     collectors.stop()
     except (Interrupted, TargetError, RefusedError, RunFailed) as exc:
         error = exc
