@@ -18,7 +18,10 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from pgscope.duck import table_exists
 from pgscope.errors import EnvironmentProblem, InputFileError
+
+__all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
 
 SCHEMA_VERSION = 3  # 2: collectors, collector_gaps; 3: timeline.instance, step_instances
 STORE_FILE = "run.duckdb"
@@ -120,14 +123,6 @@ STEP_RESULT_COLUMNS = (
     "max_ms",
     "xact_log",
 )
-
-
-def table_exists(db: duckdb.DuckDBPyConnection, name: str) -> bool:
-    """Collectors create their tables when they start: a run without one has none."""
-    row = db.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
-    ).fetchone()
-    return bool(row and row[0])
 
 
 def now_us() -> int:

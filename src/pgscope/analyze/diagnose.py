@@ -21,7 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pgscope.analyze.facts import Fact, FactSheet
+from pgscope.analyze.model import Diagnosis, Fact, FactSheet, Finding, NotAssessed
+
+__all__ = ["Diagnosis", "Finding", "NotAssessed", "Rule", "diagnose", "evaluate", "load_rules"]
 
 LEVELS = ("low", "medium", "high")
 # A variant this much below the fastest counts as slower: above the step-to-step spread of
@@ -44,6 +46,9 @@ FACT_SOURCES = {
     "rows_per_commit": "the pgstats collector",
     "dip.": "a checkpoint or action during steps",
     "cpu.": "the perf collector",
+    "lwlock.": "the usdt collector's lwlock program or the activity collector",
+    "lock.": "the usdt collector's locks program",
+    "checkpoint.": "the usdt collector's checkpoint program and a checkpoint during steps",
     "usl.": "a sweep of 3 or more client counts",
     "scaling.": "a sweep of 2 or more client counts",
     "variants.": "variants that change the setting in question",
@@ -64,70 +69,6 @@ class Rule:
     require: list[list[Any]] = field(default_factory=list)
     weaken: list[list[Any]] = field(default_factory=list)
     name_from: str | None = None
-
-
-@dataclass
-class Finding:
-    id: str
-    title: str
-    confidence: str
-    score: float
-    variant: str | None
-    clients: int | None
-    evidence: list[Fact]
-    refute: str
-    recommendations: list[str]
-    weakened_by: list[str] = field(default_factory=list)
-    specific: bool = True  # False: every variant shows it (background in a comparison)
-    breadth: float = 1.0  # the share of variants (sheets) in which the rule fired
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "title": self.title,
-            "confidence": self.confidence,
-            "score": self.score,
-            "variant": self.variant,
-            "clients": self.clients,
-            "evidence": [{**fact.to_json(), "shown": fact.shown()} for fact in self.evidence],
-            "refute": self.refute,
-            "recommendations": self.recommendations,
-            "weakened_by": self.weakened_by,
-            "shared_by_all_variants": not self.specific,
-            "share_of_variants": self.breadth,
-        }
-
-
-@dataclass(frozen=True)
-class NotAssessed:
-    id: str
-    variant: str | None
-    missing: list[str]
-    needs: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "variant": self.variant,
-            "missing": self.missing,
-            "needs": self.needs,
-        }
-
-
-@dataclass
-class Diagnosis:
-    verdict: str
-    findings: list[Finding]  # best first
-    not_assessed: list[NotAssessed]
-    weak: bool  # no finding reached medium confidence
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "weak_evidence": self.weak,
-            "findings": [f.to_json() for f in self.findings],
-            "not_assessed": [n.to_json() for n in self.not_assessed],
-        }
 
 
 def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str]]]:
@@ -223,7 +164,9 @@ def diagnose(
         rules, advice = load_rules()
     findings: list[Finding] = []
     not_assessed: list[NotAssessed] = []
-    variant_sheets = [s for s in sheets if s.variant is not None]
+    # Each variant's peak cell: where a bottleneck shows most (sheets of other cells are
+    # evidence for the report, not separate findings).
+    variant_sheets = [s for s in sheets if s.variant is not None and s.peak]
     run_sheets = [s for s in sheets if s.variant is None]
     for rule in rules:
         targets = run_sheets if rule.scope == "run" else variant_sheets

@@ -1,23 +1,26 @@
 """Facts: the run's evidence as named numbers, each with its unit and where it came from.
 
-The diagnosis (`diagnose.py`) reads nothing else: its rules name facts. Facts are per variant,
-taken at the variant's highest client count (where a bottleneck shows most), plus facts about
-the variants against each other. A fact that a missing collector would have given is simply
+The diagnosis (`diagnose.py`) reads nothing else: its rules name facts. Facts are computed
+per cell (a variant at one client count) as pure functions of the run's analysis
+(`model.RunAnalysis`), never from the store; each variant's highest client count is its
+`peak` cell, where the rules look unless they say otherwise. A last sheet holds facts about the
+variants against each other. A fact that a missing collector would have given is simply
 absent; rules that need it say so instead of guessing.
 
-Shares are fractions of 1 (of active time, of samples, of CPU). Pure functions of the store.
+Shares are fractions of 1 (of active time, of samples, of CPU).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+import statistics
+from typing import Any
 
-from pgscope.store import RunStore
+from pgscope.analyze.model import Fact, FactSheet, RunAnalysis
+from pgscope.analyze.scaling import Cell
+from pgscope.analyze.usdt import LatencySummary
+from pgscope.analyze.waits import Profile
 
-if TYPE_CHECKING:
-    from pgscope.analyze.run import RunResult
+__all__ = ["Fact", "FactSheet", "extract"]
 
 # Groups of wait events the rules speak of. The keys are fact names (`wait.<group>`).
 WAIT_GROUPS: dict[str, tuple[str, ...]] = {
@@ -67,108 +70,63 @@ LOGGING_SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
-class Fact:
-    name: str
-    value: float
-    unit: str  # "share", "ms", "tps", "ratio", "bytes", "bytes/s", "count", "clients"
-    source: str  # the collector or analysis it came from
-    label: str  # what it is, in words
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def shown(self) -> str:
-        """The value as a reader wants it."""
-        v = self.value
-        if self.unit == "share":
-            return f"{v:.0%}" if abs(v) >= 0.01 or v == 0 else f"{v:.2%}"
-        if self.unit == "bytes/s":
-            return f"{v / 1e6:.2f} MB/s"
-        if self.unit == "bytes":
-            return f"{v:,.0f} B"
-        if self.unit == "ratio":
-            return f"{v:.1f}×"
-        if self.unit == "%":
-            return f"{v:+.1f}%"
-        if self.unit in ("tps", "count", "clients"):
-            return f"{v:,.0f}"
-        return f"{v:.3g} {self.unit}"
-
-
-class FactSheet:
-    """The facts of one variant (its name) or of the whole run (variant None)."""
-
-    def __init__(self, variant: str | None, clients: int | None) -> None:
-        self.variant = variant
-        self.clients = clients
-        self.facts: dict[str, Fact] = {}
-
-    def add(self, name: str, value: float | None, unit: str, source: str, label: str) -> None:
-        if value is not None:
-            self.facts[name] = Fact(name, float(value), unit, source, label)
-
-    def get(self, name: str) -> Fact | None:
-        return self.facts.get(name)
-
-    def value(self, name: str) -> float | None:
-        fact = self.facts.get(name)
-        return fact.value if fact else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "variant": self.variant,
-            "clients": self.clients,
-            "facts": {n: f.to_json() for n, f in sorted(self.facts.items())},
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FactSheet:
-        sheet = cls(data.get("variant"), data.get("clients"))
-        for name, fact in data["facts"].items():
-            sheet.facts[name] = Fact(**fact)
-        return sheet
-
-
-def extract(store: RunStore, result: RunResult) -> list[FactSheet]:
-    """One sheet per variant, then one for the run (variant comparisons)."""
-    spec = json.loads(result.run["spec_json"] or "{}")
-    sheets = [_variant_sheet(store, result, variant, spec) for variant in result.scaling.variants()]
+def extract(analysis: RunAnalysis) -> list[FactSheet]:
+    """One sheet per cell (variants in order, client counts ascending), then one for the run
+    (variant comparisons)."""
+    sheets: list[FactSheet] = []
+    for variant in analysis.scalability.variants():
+        cells = [c for c in analysis.scalability.cells if c.variant == variant and c.tps_mean]
+        peak = max((c.clients for c in cells), default=None)
+        sheets += [_cell_sheet(analysis, variant, cells, c, c.clients == peak) for c in cells]
     _loss_facts(sheets)
-    sheets.append(_run_sheet(store, result, spec))
+    sheets.append(_run_sheet(analysis))
     return sheets
 
 
-def _pinned_cpus(spec: dict[str, Any], variant: str) -> int | None:
-    merged = {**(spec.get("settings") or {}), **(spec.get("variants") or {}).get(variant, {})}
-    value = merged.get("pgscope.cpus")
-    return int(value) if value is not None else None
+def peak_sheets(sheets: list[FactSheet]) -> list[FactSheet]:
+    """Each variant's peak cell: where the rules look by default."""
+    return [s for s in sheets if s.variant is not None and s.peak]
 
 
-def _variant_sheet(
-    store: RunStore, result: RunResult, variant: str, spec: dict[str, Any]
+def _variant_settings(analysis: RunAnalysis, variant: str) -> dict[str, Any]:
+    spec = analysis.environment.spec
+    return {**(spec.get("settings") or {}), **(spec.get("variants") or {}).get(variant, {})}
+
+
+def _cell_sheet(
+    analysis: RunAnalysis, variant: str, cells: list[Cell], cell: Cell, peak: bool
 ) -> FactSheet:
-    cells = [c for c in result.scaling.cells if c.variant == variant and c.tps_mean]
-    peak = max((c.clients for c in cells), default=None)
-    sheet = FactSheet(variant, peak)
-    if peak is None:
-        return sheet
-    top = next(c for c in cells if c.clients == peak)
-    sheet.add("tps", top.tps_mean, "tps", "pgbench", f"mean tps at {peak} clients")
-    sheet.add("p95_ms", top.p95_ms, "ms", "pgbench", f"p95 latency at {peak} clients")
-    sheet.add("clients", peak, "clients", "spec", "the highest client count measured")
-    _scaling_facts(sheet, result, variant, cells)
-    _wait_facts(sheet, result, variant, peak)
-    _host_facts(sheet, store, variant, peak, _pinned_cpus(spec, variant))
-    _counter_facts(sheet, result, variant, peak)
-    _dip_facts(sheet, result, variant)
-    _profile_facts(sheet, store, variant, peak)
+    n = cell.clients
+    sheet = FactSheet(variant, n, peak=peak)
+    sheet.add("tps", cell.tps_mean, "tps", "pgbench", f"mean tps at {n} clients")
+    sheet.add("p95_ms", cell.p95_ms, "ms", "pgbench", f"p95 latency at {n} clients")
+    sheet.add(
+        "clients",
+        n,
+        "clients",
+        "spec",
+        "the highest client count measured" if peak else "the client count of this cell",
+    )
+    upto = [c for c in cells if c.clients <= n]
+    _scaling_facts(sheet, analysis, variant, upto)
+    profile = _wait_facts(sheet, analysis, variant, n)
+    pinned = _variant_settings(analysis, variant).get("pgscope.cpus")
+    _host_facts(sheet, analysis, variant, n, int(pinned) if pinned is not None else None)
+    _counter_facts(sheet, analysis, variant, n)
+    _dip_facts(sheet, analysis, variant)
+    _checkpoint_facts(sheet, analysis, variant)
+    _profile_facts(sheet, analysis, variant, n)
+    _traced_lock_facts(sheet, analysis, variant, n, profile)
     return sheet
 
 
-def _scaling_facts(sheet: FactSheet, result: RunResult, variant: str, cells: list[Any]) -> None:
+def _scaling_facts(
+    sheet: FactSheet, analysis: RunAnalysis, variant: str, cells: list[Cell]
+) -> None:
+    """How this cell compares with the variant's cells up to it, and the variant's fit."""
     if len(cells) >= 2:
         low, high = cells[0], cells[-1]
+        assert low.tps_mean is not None and high.tps_mean is not None
         per_client_low = low.tps_mean / low.clients
         sheet.add(
             "scaling.efficiency",
@@ -178,7 +136,7 @@ def _scaling_facts(sheet: FactSheet, result: RunResult, variant: str, cells: lis
             f"tps at {high.clients} clients as a share of {high.clients}× "
             f"the per-client tps at {low.clients}",
         )
-        best = max(cells, key=lambda c: c.tps_mean)
+        best = max(cells, key=lambda c: c.tps_mean or 0.0)
         sheet.add(
             "scaling.best_clients",
             best.clients,
@@ -188,12 +146,12 @@ def _scaling_facts(sheet: FactSheet, result: RunResult, variant: str, cells: lis
         )
         sheet.add(
             "scaling.drop_after_best",
-            1 - high.tps_mean / best.tps_mean,
+            1 - high.tps_mean / (best.tps_mean or high.tps_mean),
             "share",
             "pgbench",
             f"how far tps at {high.clients} clients is below the best",
         )
-    fit = result.scaling.fits.get(variant)
+    fit = analysis.scalability.fits.get(variant)
     if fit is not None:
         sheet.add("usl.sigma", fit.sigma, "share", "usl", "USL contention σ (serialised share)")
         sheet.add("usl.kappa", fit.kappa, "share", "usl", "USL coherency κ")
@@ -201,14 +159,15 @@ def _scaling_facts(sheet: FactSheet, result: RunResult, variant: str, cells: lis
             sheet.add("usl.n_star", fit.n_star, "clients", "usl", "USL peak N*")
 
 
-def _wait_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) -> None:
-    waits = result.waits
+def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> Profile | None:
+    """The sampled wait profile's facts at this cell; returns the profile (None: not sampled)."""
+    waits = analysis.waits
     if waits is None:
-        return
+        return None
     by_clients = {p.clients: p.profile for p in waits.by_clients if p.variant == variant}
-    profile = by_clients.get(peak)
+    profile = by_clients.get(n)
     if profile is None or not profile.samples:
-        return  # not sampled (no activity collector); sampled but never active still counts
+        return None  # not sampled (no activity collector); sampled but never active still counts
     source = "activity"
     for entry in profile.entries:
         sheet.add(
@@ -216,7 +175,7 @@ def _wait_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) ->
             entry.share,
             "share",
             source,
-            f"{entry.label} share of active time at {peak} clients",
+            f"{entry.label} share of active time at {n} clients",
         )
     for cls, share in profile.class_shares().items():
         sheet.add(
@@ -224,7 +183,7 @@ def _wait_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) ->
             share,
             "share",
             source,
-            f"{cls} waits' share of active time at {peak} clients",
+            f"{cls} waits' share of active time at {n} clients",
         )
     for group, events in WAIT_GROUPS.items():
         total = sum(e.share for e in profile.entries if e.label in events)
@@ -234,7 +193,7 @@ def _wait_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) ->
             "share",
             source,
             f"{' + '.join(events[:3])}{' …' if len(events) > 3 else ''} share of "
-            f"active time at {peak} clients",
+            f"active time at {n} clients",
         )
     lwlocks = [e for e in profile.entries if e.wait_event_type == "LWLock"]
     if lwlocks:
@@ -244,24 +203,22 @@ def _wait_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) ->
             top.share,
             "share",
             source,
-            f"LWLock:{top.wait_event}, the most waited-for LWLock tranche, at {peak} clients",
+            f"LWLock:{top.wait_event}, the most waited-for LWLock tranche, at {n} clients",
         )
         sheet.add(
             f"wait.lwlock_top.{top.wait_event}",
             top.share,
             "share",
             source,
-            f"LWLock:{top.wait_event} share of active time at {peak} clients",
+            f"LWLock:{top.wait_event} share of active time at {n} clients",
         )
-    sheet.add(
-        "wait.aas", profile.aas, "count", source, f"average active sessions at {peak} clients"
-    )
+    sheet.add("wait.aas", profile.aas, "count", source, f"average active sessions at {n} clients")
     sheet.add(
         "wait.aas_per_client",
-        profile.aas / peak,
+        profile.aas / n,
         "share",
         source,
-        f"average active sessions per client at {peak} clients",
+        f"average active sessions per client at {n} clients",
     )
     states = profile.states
     sheet.add(
@@ -269,17 +226,17 @@ def _wait_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) ->
         states.get("idle", 0.0) + states.get("idle in transaction", 0.0),
         "share",
         source,
-        f"share of client sessions' samples idle (in or out of a transaction) at {peak} clients",
+        f"share of client sessions' samples idle (in or out of a transaction) at {n} clients",
     )
     sheet.add(
         "sessions.idle_in_transaction",
         states.get("idle in transaction", 0.0),
         "share",
         source,
-        f"share of client sessions' samples idle inside a transaction at {peak} clients",
+        f"share of client sessions' samples idle inside a transaction at {n} clients",
     )
     lowest = min(by_clients)
-    if lowest != peak:
+    if lowest < n:
         low_classes = by_clients[lowest].class_shares()
         for cls, share in profile.class_shares().items():
             sheet.add(
@@ -287,38 +244,34 @@ def _wait_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) ->
                 share - low_classes.get(cls, 0.0),
                 "share",
                 source,
-                f"growth of {cls}'s share of active time from {lowest} to {peak} clients",
+                f"growth of {cls}'s share of active time from {lowest} to {n} clients",
             )
+    return profile
 
 
 def _host_facts(
-    sheet: FactSheet, store: RunStore, variant: str, peak: int, pinned: int | None
+    sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int, pinned: int | None
 ) -> None:
-    if not store.has_table("host_cpu"):
+    row = next((h for h in analysis.cpu.host if h.variant == variant and h.clients == n), None)
+    if row is None:
         return
-    row = store.query(
-        "SELECT avg(h.busy) AS busy, avg(h.iowait_share) AS iowait, avg(h.steal_share) AS steal,"
-        " avg(h.server_share) AS server, avg(h.client_share) AS client, max(h.cpus) AS cpus "
-        "FROM host_cpu h "
-        "JOIN steps s ON h.ts_us BETWEEN s.window_start_us AND s.window_end_us "
-        "WHERE s.variant = ? AND s.clients = ?",
-        [variant, peak],
-    )[0]
-    if row["busy"] is None:
-        return
-    for name, key, label in (
-        ("host.cpu_busy", "busy", "CPU busy"),
-        ("host.iowait", "iowait", "CPU idle waiting for I/O"),
-        ("host.steal", "steal", "CPU taken by the hypervisor"),
-        ("host.server_cpu", "server", "CPU used by the cluster"),
-        ("host.client_cpu", "client", "CPU used by pgbench"),
+    if row.walsender_aas is not None:
+        sheet.add(
+            "wait.walsender_cpu",
+            row.walsender_aas,
+            "count",
+            "activity",
+            f"walsenders on CPU, on average, at {n} clients",
+        )
+    for name, value, label in (
+        ("host.cpu_busy", row.busy, "CPU busy"),
+        ("host.iowait", row.iowait, "CPU idle waiting for I/O"),
+        ("host.steal", row.steal, "CPU taken by the hypervisor"),
+        ("host.server_cpu", row.server, "CPU used by the cluster"),
+        ("host.client_cpu", row.client, "CPU used by pgbench"),
     ):
         sheet.add(
-            name,
-            row[key],
-            "share",
-            "host",
-            f"{label}, share of the host's CPU time at {peak} clients",
+            name, value, "share", "host", f"{label}, share of the host's CPU time at {n} clients"
         )
     # "CPU-bound" is about the CPUs the server may run on: pinned to 1 of 2, it saturates its
     # one core while the host looks half idle. Pinned to fewer CPUs than the host has,
@@ -326,22 +279,22 @@ def _host_facts(
     # pinned to all of them, pgbench shares them and the host's busy share is the answer.
     # Time the hypervisor steals counts as busy, as in the host's share: the server wanted
     # the CPU and did not get it (the host's steal share, taken as even across CPUs).
-    if pinned and row["server"] is not None and row["cpus"] and pinned < row["cpus"]:
+    if pinned and row.server is not None and row.cpus and pinned < row.cpus:
         sheet.add(
             "host.server_cpus_busy",
-            min(1.0, row["server"] * row["cpus"] / pinned + (row["steal"] or 0.0)),
+            min(1.0, row.server * row.cpus / pinned + (row.steal or 0.0)),
             "share",
             "host",
             f"CPU busy on the {pinned} CPU{'s' if pinned > 1 else ''} the server is pinned to "
-            f"(its own use plus the hypervisor's steal), at {peak} clients",
+            f"(its own use plus the hypervisor's steal), at {n} clients",
         )
     else:
         sheet.add(
             "host.server_cpus_busy",
-            row["busy"],
+            row.busy,
             "share",
             "host",
-            f"CPU busy on the CPUs the server may use (all of the host's), at {peak} clients",
+            f"CPU busy on the CPUs the server may use (all of the host's), at {n} clients",
         )
 
 
@@ -368,47 +321,48 @@ def _loss_facts(sheets: list[FactSheet]) -> None:
                 )
 
 
-def _counter_facts(sheet: FactSheet, result: RunResult, variant: str, peak: int) -> None:
-    steps = [c for c in result.counters if c.variant == variant and c.clients == peak]
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def _counter_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> None:
+    steps = [c for c in analysis.counters if c.variant == variant and c.clients == n]
     if not steps:
         return
-
-    def mean(values: list[float | None]) -> float | None:
-        present = [v for v in values if v is not None]
-        return sum(present) / len(present) if present else None
-
-    sheet.add(
-        "wal.bytes_per_xact",
-        mean([s.wal_bytes_per_xact for s in steps]),
-        "bytes",
-        "pgstats",
-        "WAL bytes per transaction",
-    )
-    sheet.add(
-        "wal.fpi_per_xact",
-        mean([s.fpi_per_xact for s in steps]),
-        "count",
-        "pgstats",
-        "full-page images per transaction",
-    )
-    sheet.add(
-        "log.bytes_per_s",
-        mean([s.log_bytes_per_s for s in steps]),
-        "bytes/s",
-        "pgstats",
-        "server log written per second",
-    )
-    sheet.add(
-        "rows_per_commit",
-        mean([s.rows_per_commit for s in steps]),
-        "count",
-        "pgstats",
-        "rows inserted per commit",
-    )
+    for name, values, unit, label in (
+        (
+            "wal.bytes_per_xact",
+            [s.wal_bytes_per_xact for s in steps],
+            "bytes",
+            "WAL bytes per transaction",
+        ),
+        (
+            "wal.fpi_per_xact",
+            [s.fpi_per_xact for s in steps],
+            "count",
+            "full-page images per transaction",
+        ),
+        (
+            "log.bytes_per_s",
+            [s.log_bytes_per_s for s in steps],
+            "bytes/s",
+            "server log written per second",
+        ),
+        (
+            "rows_per_commit",
+            [s.rows_per_commit for s in steps],
+            "count",
+            "rows inserted per commit",
+        ),
+    ):
+        sheet.add(name, _mean(values), unit, "pgstats", label)
 
 
-def _dip_facts(sheet: FactSheet, result: RunResult, variant: str) -> None:
-    dips = [d for d in result.dips if d.variant == variant]
+def _dip_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str) -> None:
+    """The variant's dips after actions or checkpoints, over all its steps: a dip is a
+    property of the variant's settings more than of one client count."""
+    dips = [d for d in analysis.timeline.dips if d.variant == variant]
     if not dips:
         return
     worst = max(dips, key=lambda d: d.depth_pct)
@@ -477,51 +431,190 @@ def _dip_facts(sheet: FactSheet, result: RunResult, variant: str) -> None:
         )
 
 
-def _profile_facts(sheet: FactSheet, store: RunStore, variant: str, peak: int) -> None:
-    from pgscope.analyze import profile
+def _checkpoint_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str) -> None:
+    """Traced checkpoints that started during the variant's steps, phase by phase: how long
+    the buffer writes and the fsyncs took (usdt checkpoint program)."""
+    done = [
+        item.checkpoint
+        for item in analysis.checkpoints.items
+        if item.variant == variant and item.checkpoint.total_ns
+    ]
+    if not done:
+        return
+    sheet.add("checkpoint.count", len(done), "count", "usdt", "checkpoints traced during the steps")
+    for phase, label in (
+        ("write", "writing the dirty buffers (spread over checkpoint_completion_target)"),
+        ("sync", "the fsyncs of the files written"),
+    ):
+        durations = [p.duration_ns for c in done if (p := c.phase(phase)) is not None]
+        if durations:
+            sheet.add(
+                f"checkpoint.{phase}_ms",
+                statistics.fmean(durations) / 1e6,
+                "ms",
+                "usdt",
+                f"mean time of a checkpoint's {phase} phase: {label}",
+            )
+    syncs = [
+        p.duration_ns / c.total_ns
+        for c in done
+        if c.total_ns and (p := c.phase("sync")) is not None
+    ]
+    if syncs:
+        sheet.add(
+            "checkpoint.sync_share",
+            statistics.fmean(syncs),
+            "share",
+            "usdt",
+            "the fsyncs' share of a checkpoint's duration",
+        )
+    written = [c.buffers_written for c in done if c.buffers_written is not None]
+    if written:
+        sheet.add(
+            "checkpoint.buffers_written",
+            statistics.fmean(written),
+            "count",
+            "usdt",
+            "buffers a checkpoint wrote, on average",
+        )
 
-    if not store.has_table("profile_stacks"):
+
+def _profile_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> None:
+    cell = next((p for p in analysis.cpu.profiles if p.variant == variant and p.clients == n), None)
+    if cell is None or not cell.functions.total:
         return
-    steps = profile.steps_of(store, variant, peak)
-    cpu = profile.load_profile(store, "cpu", steps) if steps else None
-    if cpu is None or not cpu.total:
-        return
+    table = cell.functions
     sheet.add(
         "cpu.kernel_lock",
-        profile.kernel_lock_share(cpu).share,
+        table.kernel_lock_share,
         "share",
         "perf",
         "on-CPU samples in kernel mutex/spinlock slow paths",
     )
-    sheet.add(
-        "cpu.kernel",
-        profile.kernel_user_split(cpu).kernel_share,
-        "share",
-        "perf",
-        "on-CPU samples in the kernel",
-    )
-    _, totals = profile.function_values(cpu)
-    logging = max((v for f, v in totals.items() if f in LOGGING_FUNCTIONS), default=0)
+    sheet.add("cpu.kernel", table.kernel_share, "share", "perf", "on-CPU samples in the kernel")
+    logging = max((v for f, v in table.total_values.items() if f in LOGGING_FUNCTIONS), default=0)
     sheet.add(
         "cpu.logging_path",
-        logging / cpu.total,
+        logging / table.total,
         "share",
         "perf",
         "on-CPU samples under the statement-logging path (errfinish, pipe writes)",
     )
 
 
-def _run_sheet(store: RunStore, result: RunResult, spec: dict[str, Any]) -> FactSheet:
+def _by_object(summaries: list[LatencySummary]) -> dict[str, tuple[int, int]]:
+    """(waits, total ns) per object (tranche, lock type), over its modes."""
+    out: dict[str, tuple[int, int]] = {}
+    for s in summaries:
+        count, total = out.get(s.object or "?", (0, 0))
+        out[s.object or "?"] = (count + s.count, total + s.total_ns)
+    return out
+
+
+def _traced_lock_facts(
+    sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int, sampled: Profile | None
+) -> None:
+    """LWLock and heavyweight-lock wait time from kernel-side tracing, as a share of the
+    sessions' active time (Little's law: wait time per second is the average number of
+    sessions waiting), and per transaction; then the LWLock hot spot from the best source:
+    traced time where the lwlock program ran, the sampled share otherwise."""
+    cell = next(
+        (c for c in analysis.locks.by_cell if c.variant == variant and c.clients == n), None
+    )
+    traced = cell is not None and cell.seconds > 0
+    if cell is not None and traced:
+        # Active time: the sampled average active sessions where sampling ran; otherwise the
+        # clients' whole session time (every client active: a lower bound of the share).
+        if sampled is not None and sampled.aas > 0:
+            sessions, of_what = sampled.aas, "active time"
+        else:
+            sessions, of_what = float(n), "the clients' session time"
+        active_ns = sessions * cell.seconds * 1e9
+        xacts = cell.xacts
+        for prefix, summaries, what in (
+            ("lwlock", cell.lwlocks, "LWLock"),
+            ("lock", cell.lock_waits, "heavyweight lock"),
+        ):
+            objects = _by_object(summaries)
+            total_ns = sum(ns for _, ns in objects.values())
+            sheet.add(
+                f"{prefix}.traced_share",
+                min(1.0, total_ns / active_ns),
+                "share",
+                "usdt",
+                f"{what} wait time (kernel-side tracing) as a share of {of_what} at {n} clients",
+            )
+            for obj, (count, ns) in objects.items():
+                sheet.add(
+                    f"{prefix}.share.{obj}",
+                    min(1.0, ns / active_ns),
+                    "share",
+                    "usdt",
+                    f"{what} {obj}: wait time (traced) as a share of {of_what} at {n} clients",
+                )
+                if xacts:
+                    sheet.add(
+                        f"{prefix}.waits_per_xact.{obj}",
+                        count / xacts,
+                        "count",
+                        "usdt",
+                        f"{what} {obj}: waits per transaction (traced) at {n} clients",
+                    )
+                if count:
+                    sheet.add(
+                        f"{prefix}.mean_us.{obj}",
+                        ns / count / 1000,
+                        "µs",
+                        "usdt",
+                        f"{what} {obj}: mean wait (traced) at {n} clients",
+                    )
+    _lwlock_top(sheet, n, traced)
+
+
+def _lwlock_top(sheet: FactSheet, n: int, traced: bool) -> None:
+    """`lwlock.top` (and `lwlock.top.<tranche>`): the most waited-for LWLock tranche's share
+    of active time, from traced time where tracing ran, else from sampling; its source says
+    which."""
+    prefix = "lwlock.share." if traced else "wait.lwlock_top."
+    candidates = [f for name, f in sheet.facts.items() if name.startswith(prefix)]
+    if not candidates:
+        if traced:  # traced, and no LWLock wait at all
+            sheet.add("lwlock.top", 0.0, "share", "usdt", f"LWLock wait time at {n} clients")
+        return
+    top = max(candidates, key=lambda f: f.value)
+    tranche = top.name.rsplit(".", 1)[-1]
+    how = "traced in the kernel" if traced else "sampled"
+    for name in ("lwlock.top", f"lwlock.top.{tranche}"):
+        sheet.facts[name] = Fact(
+            name,
+            top.value,
+            "share",
+            top.source,
+            f"LWLock:{tranche}, the most waited-for tranche ({how}): share of "
+            f"{'active time' if 'active time' in top.label else 'session time'} at {n} clients",
+        )
+    per_xact = sheet.get(f"lwlock.waits_per_xact.{tranche}")
+    if per_xact is not None:
+        sheet.facts["lwlock.top_waits_per_xact"] = Fact(
+            "lwlock.top_waits_per_xact",
+            per_xact.value,
+            per_xact.unit,
+            per_xact.source,
+            per_xact.label,
+        )
+    mean = sheet.get(f"lwlock.mean_us.{tranche}")
+    if mean is not None:
+        sheet.facts["lwlock.top_mean_us"] = Fact(
+            "lwlock.top_mean_us", mean.value, mean.unit, mean.source, mean.label
+        )
+
+
+def _run_sheet(analysis: RunAnalysis) -> FactSheet:
     """Facts about variants against the baseline: the cost of logging, of sync commits."""
-    sheet = FactSheet(None, None)
-    variants: dict[str, dict[str, Any]] = {
-        **{v: {} for v in result.scaling.variants()},
-        **(spec.get("variants") or {}),
-    }
-    settings: dict[str, Any] = spec.get("settings") or {}
-    for comparison in result.comparisons:
-        own = {**settings, **variants.get(comparison.variant, {})}
-        base = {**settings, **variants.get(comparison.baseline, {})}
+    sheet = FactSheet(None, None, peak=False)
+    for comparison in analysis.variants.comparisons:
+        own = _variant_settings(analysis, comparison.variant)
+        base = _variant_settings(analysis, comparison.baseline)
         changed = {k for k in own.keys() | base.keys() if own.get(k) != base.get(k)}
         cost = -comparison.change_pct / 100 if comparison.significant else 0.0
         if changed & set(LOGGING_SETTINGS) and own.get("log_statement", "none") != "none":

@@ -8,11 +8,10 @@ interval. Pure functions of the store.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import duckdb
 
-from pgscope.store import table_exists
+from pgscope.duck import table_exists
 
 
 def rates(
@@ -67,15 +66,6 @@ class StepStats:
         if self.log_bytes is None or self.seconds <= 0:
             return None
         return self.log_bytes / self.seconds
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.__dict__,
-            "wal_bytes_per_xact": self.wal_bytes_per_xact,
-            "fpi_per_xact": self.fpi_per_xact,
-            "rows_per_commit": self.rows_per_commit,
-            "log_bytes_per_s": self.log_bytes_per_s,
-        }
 
 
 _STEP_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgscope.store import RunStore
+from pgscope.duck import Queryable
 
 KERNEL_SUFFIX = "_[k]"
 
@@ -100,7 +100,7 @@ class Profile:
 
 
 def load_profile(
-    store: RunStore,
+    store: Queryable,
     kind: str = "cpu",
     step_ids: Sequence[int | None] | None = None,
     label: str = "",
@@ -128,7 +128,7 @@ def load_profile(
     return Profile(kind, stacks, label)
 
 
-def _has_profiles(store: RunStore) -> bool:
+def _has_profiles(store: Queryable) -> bool:
     return store.has_table("profile_stacks")
 
 
@@ -143,7 +143,7 @@ class Recording:
     note: str | None
 
 
-def recordings(store: RunStore) -> list[Recording]:
+def recordings(store: Queryable) -> list[Recording]:
     """Every stored profile recording with its step's variant and client count."""
     if not _has_profiles(store):
         return []
@@ -154,7 +154,7 @@ def recordings(store: RunStore) -> list[Recording]:
     return [Recording(**row) for row in rows]
 
 
-def steps_of(store: RunStore, variant: str | None = None, clients: int | None = None) -> list[int]:
+def steps_of(store: Queryable, variant: str | None = None, clients: int | None = None) -> list[int]:
     """Step ids of a variant and/or client count."""
     sql = "SELECT step_id FROM steps WHERE true"
     params: list[Any] = []
@@ -285,21 +285,111 @@ class Differential:
     shrank: list[FunctionDelta]  # largest shrinkage first
 
 
-def differential(a: Profile, b: Profile, limit: int = 20) -> Differential:
+def differential(
+    a: Profile | FunctionTable, b: Profile | FunctionTable, limit: int = 20
+) -> Differential:
     """What grew and what shrank from `a` to `b`, per function, in shares of each profile's
     own total: a profile twice as long does not look twice as hot."""
-    self_a, total_a = function_values(a)
-    self_b, total_b = function_values(b)
-    na, nb = a.total or 1, b.total or 1
+    ta = a if isinstance(a, FunctionTable) else function_table(a, min_share=0.0)
+    tb = b if isinstance(b, FunctionTable) else function_table(b, min_share=0.0)
+    na, nb = ta.total or 1, tb.total or 1
     deltas = [
         FunctionDelta(
-            name, self_a[name] / na, self_b[name] / nb, total_a[name] / na, total_b[name] / nb
+            name,
+            ta.self_values.get(name, 0) / na,
+            tb.self_values.get(name, 0) / nb,
+            ta.total_values.get(name, 0) / na,
+            tb.total_values.get(name, 0) / nb,
         )
-        for name in set(total_a) | set(total_b)
+        for name in set(ta.total_values) | set(tb.total_values)
     ]
     grew = sorted((d for d in deltas if d.total_delta > 0), key=lambda d: (-d.total_delta, d.name))
     shrank = sorted((d for d in deltas if d.total_delta < 0), key=lambda d: (d.total_delta, d.name))
-    return Differential(a.label, b.label, a.total, b.total, grew[:limit], shrank[:limit])
+    return Differential(ta.label, tb.label, ta.total, tb.total, grew[:limit], shrank[:limit])
+
+
+@dataclass(frozen=True)
+class FunctionTable:
+    """A profile reduced to what the facts and comparisons read: per-function values (those
+    under `min_share` of the total left out: they cannot carry a finding), and the kernel and
+    kernel-lock totals."""
+
+    kind: str  # "cpu" or "offcpu"
+    label: str
+    total: int
+    kernel: int  # value whose leaf frame is in the kernel
+    kernel_lock: int  # value in kernel mutex/spinlock slow paths
+    self_values: dict[str, int]  # where the function is the leaf
+    total_values: dict[str, int]  # where it is anywhere on the stack
+
+    @property
+    def kernel_share(self) -> float:
+        return self.kernel / self.total if self.total else 0.0
+
+    @property
+    def kernel_lock_share(self) -> float:
+        return self.kernel_lock / self.total if self.total else 0.0
+
+
+def function_table(profile: Profile, min_share: float = 0.001) -> FunctionTable:
+    self_values, total_values = function_values(profile)
+    floor = profile.total * min_share
+    return FunctionTable(
+        profile.kind,
+        profile.label,
+        profile.total,
+        kernel_user_split(profile).kernel,
+        kernel_lock_share(profile).value,
+        {n: v for n, v in self_values.most_common() if v >= floor and v > 0},
+        {n: v for n, v in total_values.most_common() if v >= floor and v > 0},
+    )
+
+
+@dataclass(frozen=True)
+class FlameGraph:
+    """One flame graph view: a profile's tree, or a differential's (`b`'s shape, each node
+    with its change from `a`), with the table shown under it."""
+
+    title: str
+    kind: str
+    unit: str  # what a value counts: "samples" or "µs off CPU"
+    label: str
+    total: int
+    tree: dict[str, Any]  # d3-flame-graph's input: name, value, children (and delta)
+    top_self: list[FunctionShare] = field(default_factory=list)
+    base_label: str | None = None  # a differential: what it is compared with
+    base_total: int | None = None
+    differential: Differential | None = None
+
+
+def flame_unit(kind: str) -> str:
+    return "samples" if kind == "cpu" else "µs off CPU"
+
+
+def flame_graph(profile: Profile, title: str, top: int = 25) -> FlameGraph:
+    return FlameGraph(
+        title,
+        profile.kind,
+        flame_unit(profile.kind),
+        profile.label,
+        profile.total,
+        flame_tree(profile),
+        top_functions(profile, top, "self"),
+    )
+
+
+def diff_flame_graph(a: Profile, b: Profile, title: str, limit: int = 20) -> FlameGraph:
+    return FlameGraph(
+        title,
+        b.kind,
+        flame_unit(b.kind),
+        b.label,
+        b.total,
+        diff_flame_tree(a, b),
+        base_label=a.label,
+        base_total=a.total,
+        differential=differential(a, b, limit),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,17 +30,16 @@ class Cell:
     p95_ms: float | None
     p99_ms: float | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "variant": self.variant,
-            "clients": self.clients,
-            "repeats": self.repeats,
-            "failed_steps": self.failed_steps,
-            "tps": self.tps_mean,
-            "tps_ci95": list(self.tps_ci95) if self.tps_ci95 else None,
-            "tps_cv": self.tps_cv,
-            "latency_ms": {"p50": self.p50_ms, "p95": self.p95_ms, "p99": self.p99_ms},
-        }
+
+@dataclass(frozen=True)
+class FitCurve:
+    """A fitted USL curve over the measured range (and a little past it, or to a peak
+    within twice the largest N), with its pointwise 95% bootstrap band where there is one."""
+
+    clients: list[float]
+    tps: list[float]
+    low: list[float] | None
+    high: list[float] | None
 
 
 @dataclass
@@ -48,6 +47,7 @@ class ScalingAnalysis:
     cells: list[Cell]
     fits: dict[str, UslFit]
     fit_errors: dict[str, str] = field(default_factory=dict)
+    curves: dict[str, FitCurve] = field(default_factory=dict)
 
     def variants(self) -> list[str]:
         return list(dict.fromkeys(c.variant for c in self.cells))
@@ -120,4 +120,22 @@ def analyse(
             )
         except (InputFileError, ValueError) as exc:
             errors[variant] = str(exc)
-    return ScalingAnalysis(cells, fits, errors)
+    curves = {
+        variant: fit_curve(fit, max(c.clients for c in cells if c.variant == variant))
+        for variant, fit in fits.items()
+    }
+    return ScalingAnalysis(cells, fits, errors, curves)
+
+
+def fit_curve(fit: UslFit, top: int, points: int = 120) -> FitCurve:
+    import numpy as np
+
+    peak = fit.n_star or 0.0
+    n = np.linspace(1, max(top * 1.25, peak if peak < 2 * top else top), points)
+    band = fit.band(n)
+    return FitCurve(
+        n.tolist(),
+        [float(v) for v in fit.predict(n)],
+        None if band is None else band[0].tolist(),
+        None if band is None else band[1].tolist(),
+    )

@@ -21,12 +21,11 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 import duckdb
 
 from pgscope.analyze.pgstats import rates
-from pgscope.store import table_exists
+from pgscope.duck import table_exists
 
 BEFORE_S = 10.0
 AFTER_S = 10.0  # the field case's dips recovered within 5-10 s; later lows are other drift
@@ -60,9 +59,6 @@ class Dip:
     def excess_pct(self) -> float:
         """The part of the dip beyond the seconds-to-second noise before it."""
         return max(0.0, self.depth_pct - self.noise_pct)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "depth_pct": self.depth_pct, "excess_pct": self.excess_pct}
 
 
 def noise_pct(seconds: list[float]) -> float:

@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from pgscope.store import table_exists
+from pgscope.duck import table_exists
 
 TABLES = ("usdt_seconds", "usdt_latency", "usdt_latency_hist", "usdt_counters")
 

@@ -76,7 +76,9 @@ class UslFit:
     ci: dict[str, tuple[float, float] | None]
     ci_method: str
     warnings: list[str] = field(default_factory=list)
-    draws: Array | None = None  # bootstrap parameter draws (λ, σ, κ), for confidence bands
+    # Bootstrap parameter draws (λ, σ, κ), for confidence bands; a run's analysis keeps the
+    # band it drew (scaling.FitCurve) and drops them.
+    draws: list[tuple[float, float, float]] | None = None
 
     def predict(self, n: Array | float) -> Any:
         return usl(n, self.lam, self.sigma, self.kappa)
@@ -332,7 +334,7 @@ def fit_usl(
         ci,
         method,
         warnings,
-        draws,
+        None if draws is None else [(float(a), float(b), float(c)) for a, b, c in draws],
     )
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from pgscope.store import table_exists
+from pgscope.duck import table_exists
 
 INSTRUMENTS = (
     "coalesce(application_name, '') NOT LIKE 'pgscope%' "

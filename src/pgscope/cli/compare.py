@@ -26,10 +26,10 @@ def compare(
     Example:
       pgscope compare results/20261121-113841-scaling-5b4b results/20261122-090000-scaling-77aa
     """
-    from pgscope.analyze.compare import compare_runs
-    from pgscope.analyze.run import load_run
+    from pgscope.analyze.change import compare_runs
+    from pgscope.analyze.load import load_analysis
 
-    change = compare_runs(load_run(run_a), load_run(run_b))
+    change = compare_runs(load_analysis(run_a), load_analysis(run_b))
     if as_json:
         print_json(change.to_json())
         return

@@ -80,11 +80,11 @@ def profile(
       pgscope profile --pid 4242 --duration 10 --off-cpu
       pgscope profile --data-dir /srv/pg --duration 60 --hz 199 --json
     """
-    from pgscope.analyze.profile import load_profile, summarize
+    from pgscope.analyze.load import load_profiles
+    from pgscope.analyze.profile import summarize
     from pgscope.errors import TargetError, UsageError
     from pgscope.render.flame import write_profile_files
     from pgscope.session import SessionTarget, collect
-    from pgscope.store import RunStore
     from pgscope.target.local import LocalServer
     from pgscope.target.pgbin import find_binaries
 
@@ -120,26 +120,21 @@ def profile(
         every_second=progress,
     )
     say("writing folded stacks, speedscope files and flame graphs")
-    store = RunStore.open(result.run_dir)
     document: dict[str, Any] = {"run_dir": str(result.run_dir.resolve()), "profiles": {}}
-    try:
-        for kind, title in (("cpu", "On-CPU profile"), ("offcpu", "Off-CPU time")):
-            prof = load_profile(store, kind, label=kind)
-            ran = kind == "cpu" or off_cpu
-            if not ran:
-                continue
-            files = write_profile_files(
-                prof, result.run_dir, kind, f"{title}: PID {local.pid} ({local.data_dir})"
-            )
-            document["profiles"][kind] = {
-                **summarize(prof),
-                "files": dict(zip(("folded", "speedscope", "html"), map(str, files), strict=True)),
-            }
-        document["collectors"] = store.query(
-            "SELECT name, available, reason, status, error FROM collectors ORDER BY name"
+    kinds = ["cpu", "offcpu"] if off_cpu else ["cpu"]
+    profiles, collectors = load_profiles(result.run_dir, kinds)
+    for kind, title in (("cpu", "On-CPU profile"), ("offcpu", "Off-CPU time")):
+        if kind not in profiles:
+            continue
+        prof = profiles[kind]
+        files = write_profile_files(
+            prof, result.run_dir, kind, f"{title}: PID {local.pid} ({local.data_dir})"
         )
-    finally:
-        store.close()
+        document["profiles"][kind] = {
+            **summarize(prof),
+            "files": dict(zip(("folded", "speedscope", "html"), map(str, files), strict=True)),
+        }
+    document["collectors"] = collectors
     (result.run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str))
     if as_json:
         print_json(document)

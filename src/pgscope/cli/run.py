@@ -197,8 +197,10 @@ def run(
       pgscope run --script insert.sql --init-sql schema.sql --scale 0 --clients 1-8
       pgscope run --dsn "host=db1 dbname=bench user=me" --workload select-only
     """
-    from pgscope.analyze.run import load_run
-    from pgscope.render.console import ConsoleReporter, print_summary
+    from pgscope.analyze.load import load_analysis
+    from pgscope.cli.progress import ConsoleReporter
+    from pgscope.collect import offered
+    from pgscope.render.console import print_summary
     from pgscope.render.json_doc import run_document
     from pgscope.render.outputs import write_outputs
     from pgscope.runner.run import RunOptions, execute
@@ -262,9 +264,9 @@ def run(
     try:
         # A second Ctrl-C while analysing and writing the report: the data is already safe.
         with signals_as_exceptions():
-            result = load_run(outcome.run_dir)
+            result = load_analysis(outcome.run_dir)
             document = run_document(result)
-            written = write_outputs(result)
+            written = write_outputs(result, offered())
     except Interrupted as exc:
         exc.add_note(
             f"while writing the report; everything measured is in {outcome.run_dir} "
@@ -285,15 +287,15 @@ def run(
         raise
     if outcome.error is not None:
         if isinstance(outcome.error, Interrupted):
-            kept = sum(1 for s in result.steps if s["status"] == "ok")
+            kept = sum(1 for s in result.steps if s.status == "ok")
             outcome.error.add_note(f"kept {kept} finished steps in {outcome.run_dir}")
         raise outcome.error
     if outcome.status == "partial":
-        failed = [s for s in result.steps if s["status"] != "ok"]
+        failed = [s for s in result.steps if s.status != "ok"]
         first = failed[0]
         raise RunFailed(
             f"{len(failed)} of {len(result.steps)} steps failed (first: step "
-            f"{first['step_id']}, {first['error'] or first['status']}); the others' "
+            f"{first.step_id}, {first.error or first.status}); the others' "
             f"measurements are in {outcome.run_dir}"
         )
 

@@ -72,7 +72,7 @@ def report(
       pgscope report results/20261121-113841-scaling-5b4b --format html
       pgscope report results/20261121-113841-scaling-5b4b --json | jq .diagnosis
     """
-    from pgscope.analyze.run import load_run
+    from pgscope.analyze.load import load_analysis
     from pgscope.render.console import print_summary
     from pgscope.render.json_doc import run_document
 
@@ -82,12 +82,13 @@ def report(
         raise UsageError("--json and --format html: choose one")
     if as_json:
         fmt = "json"
-    result = load_run(run_dir)
+    result = load_analysis(run_dir)
     if fmt == "json":
         print_json(run_document(result))
     elif fmt == "html":
+        from pgscope.collect import offered
         from pgscope.render.outputs import write_outputs
 
-        print(write_outputs(result)["report.html"])
+        print(write_outputs(result, offered())["report.html"])
     else:
         print_summary(out_console(), result)

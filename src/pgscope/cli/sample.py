@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 
+from pgscope.analyze.model import RunAnalysis
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.run import safe_command_line
 
@@ -59,7 +60,7 @@ def sample(
       pgscope sample --dsn "..." --hz 100 --json > profile.json
     """
     from pgscope.analyze import waits
-    from pgscope.analyze.run import load_run
+    from pgscope.analyze.load import load_analysis
     from pgscope.collect.base import CollectorEnv
     from pgscope.collect.pgws import PgwsCollector
     from pgscope.errors import TargetError
@@ -111,7 +112,7 @@ def sample(
     finally:
         if view is not None:
             view.stop()
-    run = load_run(result.run_dir)
+    run = load_analysis(result.run_dir)
     (result.run_dir / "summary.json").write_text(json.dumps(_document(run), indent=2))
     if as_json:
         print_json(_document(run))
@@ -127,19 +128,19 @@ def sample(
         raise TargetError(f"{failed}; kept {_samples(run)} samples in {result.run_dir}")
 
 
-def _samples(run: Any) -> int:
+def _samples(run: RunAnalysis) -> int:
     return int(run.waits.overall.samples) if run.waits is not None else 0
 
 
-def _document(run: Any) -> dict[str, Any]:
+def _document(run: RunAnalysis) -> dict[str, Any]:
     document: dict[str, Any] = {
-        "run_dir": str(run.run_dir.resolve()),
-        "status": run.run["status"],
-        "server_version": run.run["server_version"],
+        "run_dir": run.run_dir,
+        "status": run.status,
+        "server_version": run.target.server_version,
     }
     if run.waits is not None:
         document.update(run.waits.to_json())
     else:
         document.update(profile=[], samples=0, achieved_hz=0.0)
-    document["collectors"] = run.collectors
+    document["collectors"] = run.environment.collectors
     return document

@@ -81,10 +81,9 @@ def trace(
       pgscope trace checkpoint --data-dir /srv/pg --duration 600 --json
       pgscope trace io --data-dir /srv/pg --duration 5
     """
-    from pgscope.analyze.usdt import trace_summary
+    from pgscope.analyze.load import load_trace
     from pgscope.errors import TargetError, UsageError
     from pgscope.session import collect
-    from pgscope.store import RunStore
     from pgscope.target.pgbin import find_binaries
 
     if hold_time and program is not TraceProgram.lwlock:
@@ -118,14 +117,7 @@ def trace(
         say=say,
         every_second=progress,
     )
-    store = RunStore.open(result.run_dir)
-    try:
-        summary = trace_summary(store.db, program.value)
-        collectors = store.query(
-            "SELECT name, available, reason, status, error FROM collectors ORDER BY name"
-        )
-    finally:
-        store.close()
+    summary, collectors = load_trace(result.run_dir, program.value)
     document = {
         "run_dir": str(result.run_dir.resolve()),
         "status": result.status,

@@ -56,3 +56,8 @@ def validate_options(name: str, options: dict[str, Any]) -> str | None:
 def build(name: str, options: dict[str, Any]) -> Collector:
     cls = registry()[name]
     return cls(cls.Options.model_validate(options))
+
+
+def offered() -> dict[str, str]:
+    """Every collector's name and what it records: what a report says a run could add."""
+    return {name: cls.summary for name, cls in registry().items()}

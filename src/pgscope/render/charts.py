@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pgscope.analyze.run import RunResult
+from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.timeline import Series
 
 PALETTE = [
@@ -74,26 +73,26 @@ def _colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
-def scalability(result: RunResult) -> dict[str, Any] | None:
+def scalability(result: RunAnalysis) -> dict[str, Any] | None:
     """tps vs clients: every repeat, the mean with its 95% interval, the USL fit and band."""
-    variants = result.scaling.variants()
-    if len({c.clients for c in result.scaling.cells}) < 2:
+    variants = result.scalability.variants()
+    if len({c.clients for c in result.scalability.cells}) < 2:
         return None
     fig = go.Figure()
     for i, variant in enumerate(variants):
         colour = _colour(i)
-        steps = [s for s in result.steps if s["variant"] == variant and s["status"] == "ok"]
+        steps = [s for s in result.steps if s.variant == variant and s.ok]
         fig.add_trace(
             go.Scatter(
-                x=[s["clients"] for s in steps],
-                y=[s["tps"] for s in steps],
+                x=[s.clients for s in steps],
+                y=[s.tps for s in steps],
                 mode="markers",
                 marker={"color": colour, "opacity": 0.35, "size": 7},
                 name=f"{variant}: each repeat",
                 legendgroup=variant,
             )
         )
-        cells = [c for c in result.scaling.cells if c.variant == variant and c.tps_mean]
+        cells = [c for c in result.scalability.cells if c.variant == variant and c.tps_mean]
         fig.add_trace(
             go.Scatter(
                 x=[c.clients for c in cells],
@@ -106,19 +105,16 @@ def scalability(result: RunResult) -> dict[str, Any] | None:
                 legendgroup=variant,
             )
         )
-        fit = result.scaling.fits.get(variant)
-        if fit is None:
+        fit = result.scalability.fits.get(variant)
+        curve = result.scalability.curves.get(variant)
+        if fit is None or curve is None:
             continue
         top = max(c.clients for c in cells)
-        n = np.linspace(
-            1, max(top * 1.25, (fit.n_star or 0) if (fit.n_star or 0) < 2 * top else top), 120
-        )
-        band = fit.band(n)
-        if band is not None:
+        if curve.low is not None and curve.high is not None:
             fig.add_trace(
                 go.Scatter(
-                    x=np.concatenate([n, n[::-1]]).tolist(),
-                    y=np.concatenate([band[1], band[0][::-1]]).tolist(),
+                    x=curve.clients + curve.clients[::-1],
+                    y=curve.high + curve.low[::-1],
                     fill="toself",
                     fillcolor=colour,
                     opacity=0.12,
@@ -130,8 +126,8 @@ def scalability(result: RunResult) -> dict[str, Any] | None:
             )
         fig.add_trace(
             go.Scatter(
-                x=n.tolist(),
-                y=fit.predict(n).tolist(),
+                x=curve.clients,
+                y=curve.tps,
                 mode="lines",
                 line={"color": colour, "dash": "dash"},
                 legendgroup=variant,
@@ -149,12 +145,12 @@ def scalability(result: RunResult) -> dict[str, Any] | None:
     return _figure(fig, "Throughput vs clients")
 
 
-def latency(result: RunResult) -> dict[str, Any] | None:
-    cells = [c for c in result.scaling.cells if c.p50_ms is not None]
+def latency(result: RunAnalysis) -> dict[str, Any] | None:
+    cells = [c for c in result.scalability.cells if c.p50_ms is not None]
     if len({c.clients for c in cells}) < 2:
         return None
     fig = go.Figure()
-    for i, variant in enumerate(result.scaling.variants()):
+    for i, variant in enumerate(result.scalability.variants()):
         mine = [c for c in cells if c.variant == variant]
         for dash, key in (("dot", "p50_ms"), ("dash", "p95_ms"), ("solid", "p99_ms")):
             fig.add_trace(
@@ -171,9 +167,9 @@ def latency(result: RunResult) -> dict[str, Any] | None:
     return _figure(fig, "Latency percentiles vs clients")
 
 
-def variants(result: RunResult) -> dict[str, Any] | None:
+def variants(result: RunAnalysis) -> dict[str, Any] | None:
     """Mean tps per variant with its 95% interval, per client count."""
-    cells = [c for c in result.scaling.cells if c.tps_mean]
+    cells = [c for c in result.scalability.cells if c.tps_mean]
     if len({c.variant for c in cells}) < 2:
         return None
     fig = go.Figure()
@@ -194,7 +190,7 @@ def variants(result: RunResult) -> dict[str, Any] | None:
     return _figure(fig, "Variants side by side (mean tps, 95% interval)")
 
 
-def waits_vs_clients(result: RunResult, variant: str) -> dict[str, Any] | None:
+def waits_vs_clients(result: RunAnalysis, variant: str) -> dict[str, Any] | None:
     """Stacked share of active time per wait class, per client count."""
     if result.waits is None:
         return None
@@ -223,8 +219,8 @@ def waits_vs_clients(result: RunResult, variant: str) -> dict[str, Any] | None:
     return _figure(fig, f"Where active time goes, by client count ({variant})")
 
 
-def timeline(series: Series) -> dict[str, Any] | None:
-    if not series.tps:
+def timeline(series: Series | None) -> dict[str, Any] | None:
+    if series is None or not series.tps:
         return None
     rows = 3 if series.aas else 2
     fig = make_subplots(

@@ -1,88 +1,29 @@
-"""Console output: live progress while a run goes on, and the scalability summary after.
-
-Progress goes to stderr (so `--json` on stdout stays clean); on a terminal it is a live status
-line, elsewhere one line per step.
-"""
+"""The run's summary on the console (and in summary.txt): the verdict first, then the
+scalability table, the model, variants, waits and collectors. Renders the analysis only."""
 
 from __future__ import annotations
 
-import time
-
 from rich.console import Console
 from rich.markup import escape
-from rich.status import Status
 from rich.table import Table
 
-from pgscope.analyze.run import RunResult
-from pgscope.drive.pgbench import LatencyStats, ProgressRow
+from pgscope.analyze.model import RunAnalysis
 from pgscope.render.variants import print_variants
 from pgscope.render.waits import print_waits
-from pgscope.runner import PlannedStep
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-class ConsoleReporter:
-    """Implements runner.Reporter on a rich console."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.status: Status | None = None
-        self.label = ""
-        self.step_started_at = 0.0
-        self.seconds = 0.0
-
-    def phase(self, message: str) -> None:
-        self._stop_status()
-        self.console.print(f"[dim]· {escape(message)}[/dim]", highlight=False)
-
-    def step_started(self, step: PlannedStep, total: int, seconds: float) -> None:
-        self.label = (
-            f"step {step.step_id}/{total}  {step.variant}  clients={step.clients}  "
-            f"repeat={step.repeat}"
-        )
-        self.step_started_at = time.monotonic()
-        self.seconds = seconds
-        if self.console.is_terminal:
-            self.status = self.console.status(self.label)
-            self.status.start()
-
-    def progress(self, step: PlannedStep, row: ProgressRow) -> None:
-        if self.status is not None:
-            elapsed = time.monotonic() - self.step_started_at
-            self.status.update(
-                f"{self.label}  {elapsed:3.0f}/{self.seconds:.0f}s  "
-                f"{row.tps:,.0f} tps  lat {_ms(row.latency_ms)} ms"
-            )
-
-    def step_finished(
-        self, step: PlannedStep, stats: LatencyStats | None, error: str | None
-    ) -> None:
-        self._stop_status()
-        if error is not None:
-            self.console.print(f"{self.label}  [red]failed: {escape(error)}[/red]", highlight=False)
-        elif stats is not None:
-            self.console.print(
-                f"{self.label}  {stats.tps:,.0f} tps  p50 {_ms(stats.p50_ms)}  "
-                f"p95 {_ms(stats.p95_ms)}  p99 {_ms(stats.p99_ms)} ms",
-                highlight=False,
-            )
-
-    def _stop_status(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
-
-
-def print_collectors(console: Console, result: RunResult) -> None:
+def print_collectors(console: Console, result: RunAnalysis) -> None:
     """Which collectors ran, which could not and why, and where they have gaps."""
-    if not result.collectors:
+    collectors = result.environment.collectors
+    if not collectors:
         return
-    ran = [c["name"] for c in result.collectors if c["available"] and c["status"] != "failed"]
+    ran = [c["name"] for c in collectors if c["available"] and c["status"] != "failed"]
     console.print(f"\ncollectors: {', '.join(ran) or 'none ran'}", highlight=False)
-    for c in result.collectors:
+    for c in collectors:
         if not c["available"]:
             console.print(
                 f"[yellow]collector {c['name']} unavailable:[/yellow] {escape(c['reason'] or '')}",
@@ -93,7 +34,7 @@ def print_collectors(console: Console, result: RunResult) -> None:
                 f"[red]collector {c['name']} failed:[/red] {escape(c['error'] or '')}",
                 highlight=False,
             )
-    for gap in result.gaps:
+    for gap in result.environment.gaps:
         seconds = (gap["end_us"] - gap["start_us"]) / 1e6
         console.print(
             f"[yellow]gap[/yellow] in {gap['name']}: {seconds:.1f} s, {gap['reason']}",
@@ -101,7 +42,7 @@ def print_collectors(console: Console, result: RunResult) -> None:
         )
 
 
-def print_findings(console: Console, result: RunResult) -> None:
+def print_findings(console: Console, result: RunAnalysis) -> None:
     """The verdict first: it is the answer; the rest is the evidence."""
     diagnosis = result.diagnosis
     if diagnosis is None:
@@ -120,30 +61,29 @@ def print_findings(console: Console, result: RunResult) -> None:
             console.print(f"     try: {finding.recommendations[0]}", highlight=False, markup=False)
 
 
-def print_summary(console: Console, result: RunResult) -> None:
-    run = result.run
-    status = run["status"]
+def print_summary(console: Console, result: RunAnalysis) -> None:
+    status = result.status
     colour = {"complete": "green", "partial": "yellow"}.get(status, "red")
     console.print(
-        f"[bold]pgscope run {run['run_id']}[/bold]  [{colour}]{status}[/{colour}]"
-        + (f" ({run['status_reason']})" if run["status_reason"] else ""),
+        f"[bold]pgscope run {result.run_id}[/bold]  [{colour}]{status}[/{colour}]"
+        + (f" ({result.status_reason})" if result.status_reason else ""),
         highlight=False,
     )
-    host = result.host
-    server = (run["server_version"] or "server version unknown").split(" on ")[0]
+    host = result.environment.host
+    server = (result.target.server_version or "server version unknown").split(" on ")[0]
     console.print(server, highlight=False)
     console.print(
         f"host: {host.get('usable_cpus')} usable CPUs ({host.get('cpu_model')}), "
         f"{(host.get('memory_bytes') or 0) / 2**30:.0f} GiB; "
-        f"target: {run['target_kind']}",
+        f"target: {result.target.kind}",
         highlight=False,
     )
     print_findings(console, result)
-    for variant in result.scaling.variants():
+    for variant in result.scalability.variants():
         table = Table(title=f"variant {variant}", title_justify="left", show_edge=False)
         for name in ("clients", "repeats", "tps", "95% CI", "p50 ms", "p95 ms", "p99 ms"):
             table.add_column(name, justify="right")
-        for cell in (c for c in result.scaling.cells if c.variant == variant):
+        for cell in (c for c in result.scalability.cells if c.variant == variant):
             ci = (
                 f"{cell.tps_ci95[0]:,.0f} – {cell.tps_ci95[1]:,.0f}"
                 if cell.tps_ci95
@@ -165,27 +105,28 @@ def print_summary(console: Console, result: RunResult) -> None:
             )
         console.print()
         console.print(table)
-        fit = result.scaling.fits.get(variant)
+        fit = result.scalability.fits.get(variant)
         if fit is not None:
             console.print(f"[bold]model:[/bold] {escape(fit.describe())}", highlight=False)
             for warning in fit.warnings:
                 console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
         elif (
-            variant in result.scaling.fit_errors
-            and len({c.clients for c in result.scaling.cells if c.variant == variant}) > 1
+            variant in result.scalability.fit_errors
+            and len({c.clients for c in result.scalability.cells if c.variant == variant}) > 1
         ):  # one client count is a comparison recipe, not a scalability sweep
             console.print(
-                f"[yellow]no model:[/yellow] {result.scaling.fit_errors[variant]}", highlight=False
+                f"[yellow]no model:[/yellow] {result.scalability.fit_errors[variant]}",
+                highlight=False,
             )
     print_variants(console, result)
     if result.waits is not None:
-        print_waits(console, result.waits, result.scaling.variants())
+        print_waits(console, result.waits, result.scalability.variants())
     print_collectors(console, result)
-    failed = [s for s in result.steps if s["status"] != "ok"]
+    failed = [s for s in result.steps if s.status != "ok"]
     for step in failed[:5]:
         console.print(
-            f"[red]step {step['step_id']} ({step['variant']}, clients="
-            f"{step['clients']}): {step['status']}: {escape(step['error'] or '')}[/red]",
+            f"[red]step {step.step_id} ({step.variant}, clients="
+            f"{step.clients}): {step.status}: {escape(step.error or '')}[/red]",
             highlight=False,
         )
     console.print(f"\nrun folder: {result.run_dir}", highlight=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -17,10 +18,11 @@ from typing import Any
 from pgscope import __version__
 from pgscope.analyze.profile import (
     Differential,
+    FlameGraph,
+    FunctionDelta,
     Profile,
-    diff_flame_tree,
-    flame_tree,
-    top_functions,
+    diff_flame_graph,
+    flame_graph,
 )
 
 SPEEDSCOPE_SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
@@ -101,49 +103,43 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _unit(profile: Profile) -> str:
-    return "samples" if profile.kind == "cpu" else "µs off CPU"
-
-
-def flame_html(profile: Profile, title: str, subtitle: str = "", top: int = 25) -> str:
-    """An interactive flame graph (zoom by click, search, hover counts) with the top
-    functions table below it."""
-    rows = [
-        [
-            f.name,
-            f"{f.self_value:,}",
-            f"{f.self_share:.2%}",
-            f"{f.total_value:,}",
-            f"{f.total_share:.2%}",
+def flame_page(graph: FlameGraph) -> str:
+    """An interactive flame graph (zoom by click, search, hover counts) with its table below:
+    the top functions by self share, or, for a differential (`b`'s shape coloured by the
+    change from `a`: red grew, blue shrank, normalised per sample), what grew and shrank."""
+    diff = graph.differential
+    if diff is None:
+        rows = [
+            [
+                f.name,
+                f"{f.self_value:,}",
+                f"{f.self_share:.2%}",
+                f"{f.total_value:,}",
+                f"{f.total_share:.2%}",
+            ]
+            for f in graph.top_self
         ]
-        for f in top_functions(profile, top, "self")
-    ]
-    return _page(
-        {
-            "title": title,
-            "subtitle": subtitle or f"{profile.total:,} {_unit(profile)}",
-            "unit": _unit(profile),
-            "differential": False,
-            "tree": flame_tree(profile),
-            "tables": [
-                {
-                    "title": f"Top {len(rows)} functions by self share",
-                    "columns": ["function", "self", "self %", "total", "total %"],
-                    "rows": rows,
-                }
-            ],
-        }
-    )
+        return _page(
+            {
+                "title": graph.title,
+                "subtitle": f"{graph.total:,} {graph.unit}",
+                "unit": graph.unit,
+                "differential": False,
+                "tree": graph.tree,
+                "tables": [
+                    {
+                        "title": f"Top {len(rows)} functions by self share",
+                        "columns": ["function", "self", "self %", "total", "total %"],
+                        "rows": rows,
+                    }
+                ],
+            }
+        )
 
-
-def diff_flame_html(a: Profile, b: Profile, diff: Differential, title: str) -> str:
-    """A differential flame graph: `b`'s shape, coloured by the change from `a` (red grew,
-    blue shrank, normalised per sample), with the top growths and shrinkages below it."""
-
-    def table(label: str, deltas: Sequence[Any]) -> dict[str, Any]:
+    def table(label: str, deltas: Sequence[FunctionDelta]) -> dict[str, Any]:
         return {
             "title": label,
-            "columns": ["function", f"total % {a.label}", f"total % {b.label}", "change"],
+            "columns": ["function", f"total % {diff.a}", f"total % {diff.b}", "change"],
             "rows": [
                 [d.name, f"{d.total_a:.2%}", f"{d.total_b:.2%}", f"{d.total_delta:+.2%}"]
                 for d in deltas
@@ -152,15 +148,26 @@ def diff_flame_html(a: Profile, b: Profile, diff: Differential, title: str) -> s
 
     return _page(
         {
-            "title": title,
-            "subtitle": f"{a.label}: {a.total:,} {_unit(a)} → {b.label}: {b.total:,} {_unit(b)}; "
-            "colour = change in share of all samples",
-            "unit": _unit(b),
+            "title": graph.title,
+            "subtitle": f"{graph.base_label}: {graph.base_total or 0:,} {graph.unit} → "
+            f"{graph.label}: {graph.total:,} {graph.unit}; colour = change in share of all "
+            "samples",
+            "unit": graph.unit,
             "differential": True,
-            "tree": diff_flame_tree(a, b),
+            "tree": graph.tree,
             "tables": [table("Grew most", diff.grew), table("Shrank most", diff.shrank)],
         }
     )
+
+
+def flame_html(profile: Profile, title: str, top: int = 25) -> str:
+    """A profile's flame graph page (see flame_page)."""
+    return flame_page(flame_graph(profile, title, top))
+
+
+def diff_flame_html(a: Profile, b: Profile, diff: Differential, title: str) -> str:
+    """A differential flame graph page from `a` to `b`, with `diff`'s tables (flame_page)."""
+    return flame_page(replace(diff_flame_graph(a, b, title), differential=diff))
 
 
 def write_profile_files(profile: Profile, directory: Path, stem: str, title: str) -> list[Path]:

@@ -1,25 +1,24 @@
 """The HTML report: one self-contained file (`report.html` in the run folder) that works
-offline: plotly.js and the flame graph views are inlined. It renders analysis results; where
-a section has nothing to show, it says which collector was missing and why.
+offline: plotly.js and the flame graph views are inlined. It renders the run's analysis and
+nothing else (it can be rendered from `summary.json` alone); where a section has nothing to
+show, it says which collector was missing and why.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from plotly.offline import get_plotlyjs
 
-from pgscope.analyze import profile, timeline, usdt
-from pgscope.analyze.run import RunResult
+from pgscope.analyze.model import RunAnalysis
 from pgscope.render import charts
-from pgscope.render.variants import EVIDENCE_COLUMNS
-from pgscope.store import RunStore
-
-MAX_FLAMES = 3  # per kind: beyond that the report gets long and heavy (~300 kB each)
+from pgscope.render.flame import flame_page
+from pgscope.render.variants import evidence_table
 
 
 def _environment() -> jinja2.Environment:
@@ -31,9 +30,9 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def _missing(result: RunResult, name: str, purpose: str) -> str:
+def _missing(analysis: RunAnalysis, name: str, purpose: str) -> str:
     """Why collector `name` gave nothing, from the run's own record."""
-    row = next((c for c in result.collectors if c["name"] == name), None)
+    row = next((c for c in analysis.environment.collectors if c["name"] == name), None)
     if row is None:
         return (
             f"The {name} collector was not selected for this run ({purpose}); add it with "
@@ -46,142 +45,53 @@ def _missing(result: RunResult, name: str, purpose: str) -> str:
     return f"The {name} collector ran but recorded nothing for this section."
 
 
-def _flames(store: RunStore, result: RunResult) -> list[tuple[str, str]]:
-    from pgscope.render.flame import diff_flame_html, flame_html
-
-    if not store.has_table("profile_stacks"):
-        return []
-    pages: list[tuple[str, str]] = []
-    variants = result.scaling.variants()
-    for kind, what in (("cpu", "On-CPU"), ("offcpu", "Off-CPU (where processes sleep)")):
-        loaded = []
-        for variant in variants[:MAX_FLAMES]:
-            prof = profile.load_profile(
-                store, kind, profile.steps_of(store, variant), label=variant
-            )
-            if prof.total:
-                loaded.append(prof)
-                pages.append(
-                    (f"{what}: {variant}", flame_html(prof, f"{what} profile, variant {variant}"))
-                )
-        if len(loaded) >= 2:
-            a, b = loaded[0], loaded[-1]
-            pages.append(
-                (
-                    f"{what}: what changed from {a.label} to {b.label}",
-                    diff_flame_html(
-                        a, b, profile.differential(a, b), f"{what}: {a.label} → {b.label}"
-                    ),
-                )
-            )
-        elif len(loaded) == 1 and len({c.clients for c in result.scaling.cells}) >= 2:
-            clients = sorted({c.clients for c in result.scaling.cells})
-            low = profile.load_profile(
-                store,
-                kind,
-                profile.steps_of(store, variants[0], clients[0]),
-                label=f"{clients[0]} clients",
-            )
-            high = profile.load_profile(
-                store,
-                kind,
-                profile.steps_of(store, variants[0], clients[-1]),
-                label=f"{clients[-1]} clients",
-            )
-            if low.total and high.total:
-                pages.append(
-                    (
-                        f"{what}: what changed from {low.label} to {high.label}",
-                        diff_flame_html(
-                            low,
-                            high,
-                            profile.differential(low, high),
-                            f"{what}: {low.label} → {high.label}",
-                        ),
-                    )
-                )
-    return pages
-
-
-def report_html(result: RunResult) -> str:
-    store = RunStore.open(result.run_dir)
-    try:
-        series = timeline.series(store.db)
-        traced = usdt.has_usdt(store.db)
-        lwlocks = usdt.latency(store.db, "lwlock_wait") if traced else []
-        lock_waits = usdt.latency(store.db, "lock_wait") if traced else []
-        checkpoints = usdt.checkpoints(store.db) if traced else []
-        flames = _flames(store, result)
-        settings: dict[str, list[dict[str, Any]]] = {}
-        for row in store.query(
-            "SELECT variant, name, setting, unit, source FROM settings ORDER BY variant, name"
-        ):
-            settings.setdefault(row["variant"], []).append(row)
-    finally:
-        store.close()
-    variants = result.scaling.variants()
+def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None) -> str:
+    """The report; `offered` (collector name -> what it records) lists the collectors this
+    pgscope has, so that the report can name those the run did not select."""
+    variants = analysis.scalability.variants()
+    locks, checkpoints = analysis.locks, analysis.checkpoints
     figures: dict[str, Any] = {
-        "scalability": charts.scalability(result),
-        "latency": charts.latency(result),
-        "variants": charts.variants(result),
-        "timeline": charts.timeline(series),
-        "lwlocks": charts.lwlock_histograms(lwlocks),
-        "checkpoints": charts.checkpoint_phases(checkpoints),
+        "scalability": charts.scalability(analysis),
+        "latency": charts.latency(analysis),
+        "variants": charts.variants(analysis),
+        "timeline": charts.timeline(analysis.timeline.series),
+        "lwlocks": charts.lwlock_histograms(locks.lwlocks),
+        "checkpoints": charts.checkpoint_phases([c.checkpoint for c in checkpoints.items]),
     }
-    wait_charts = {f"waits-{i}": charts.waits_vs_clients(result, v) for i, v in enumerate(variants)}
+    wait_charts = {
+        f"waits-{i}": charts.waits_vs_clients(analysis, v) for i, v in enumerate(variants)
+    }
     wait_charts = {k: v for k, v in wait_charts.items() if v is not None}
     figures.update(wait_charts)
     figures = {k: v for k, v in figures.items() if v is not None}
-    run = result.run
-    waits = result.waits
+    waits = analysis.waits
     rate = waits.rate if waits else None
-    shown = [
-        (title, attr, fmt)
-        for title, attr, fmt in EVIDENCE_COLUMNS
-        if any(getattr(e, attr) for e in result.evidence)
-    ]
-    evidence_rows = (
-        [
-            [
-                e.variant,
-                str(e.clients),
-                *(
-                    "-" if getattr(e, attr) is None else fmt.format(getattr(e, attr))
-                    for _, attr, fmt in shown
-                ),
-            ]
-            for e in result.evidence
-        ]
-        if shown
-        else []
-    )
-    from pgscope.collect import registry
-
-    selected = {c["name"] for c in result.collectors}
+    titles, rows = evidence_table(analysis)
+    selected = {c["name"] for c in analysis.environment.collectors}
     not_selected = [
-        (name, f"on request: {cls.summary}")
-        for name, cls in registry().items()
+        (name, f"on request: {what}")
+        for name, what in (offered or {}).items()
         if name not in selected and not name.startswith("test")
     ]
-    host = result.host
+    host = analysis.environment.host
     charts_json = json.dumps(figures, default=float).replace("</", "<\\/")
-    started = dt.datetime.fromtimestamp((run["started_us"] or 0) / 1e6, dt.UTC)
+    started = dt.datetime.fromtimestamp((analysis.started_us or 0) / 1e6, dt.UTC)
     return (
         _environment()
         .get_template("report.html.j2")
         .render(
-            run=run,
+            run=analysis,
             started=started.strftime("%Y-%m-%d %H:%M"),
-            server=(run["server_version"] or "server version unknown").split(" on ")[0],
+            server=(analysis.target.server_version or "server version unknown").split(" on ")[0],
             host_line=f"{host.get('usable_cpus')} CPUs ({host.get('cpu_model')}), "
             f"{(host.get('memory_bytes') or 0) / 2**30:.0f} GiB",
-            diagnosis=result.diagnosis,
-            not_assessed=result.diagnosis.not_assessed if result.diagnosis else [],
+            diagnosis=analysis.diagnosis,
+            not_assessed=analysis.diagnosis.not_assessed if analysis.diagnosis else [],
             charts=figures,
             charts_json=charts_json,
             plotly_js=get_plotlyjs(),
-            fits=list(result.scaling.fits.items()),
-            cells=result.scaling.cells,
+            fits=list(analysis.scalability.fits.items()),
+            cells=analysis.scalability.cells,
             wait_charts=list(wait_charts),
             waits=waits,
             sampler_line=(
@@ -191,30 +101,32 @@ def report_html(result: RunResult) -> str:
                 if waits and rate
                 else ""
             ),
-            lock_waits=lock_waits[:12],
-            dips=result.dips,
-            flames=flames,
-            comparisons=result.comparisons,
-            evidence_titles=[title for title, _, _ in shown],
-            evidence_rows=evidence_rows,
-            collectors=result.collectors,
+            lock_waits=locks.lock_waits[:12],
+            dips=analysis.timeline.dips,
+            flames=[(g.title, flame_page(g)) for g in analysis.cpu.flames],
+            comparisons=analysis.variants.comparisons,
+            evidence_titles=titles,
+            evidence_rows=rows,
+            collectors=analysis.environment.collectors,
             not_selected=not_selected,
-            gaps=result.gaps,
-            settings=list(settings.items()),
+            gaps=analysis.environment.gaps,
+            settings=list(analysis.environment.settings.items()),
             host={k: v for k, v in host.items() if k != "hostname"},
             missing={
-                "activity": _missing(result, "activity", "wait-event sampling"),
-                "usdt": _missing(result, "usdt", "kernel-side tracing of the server's probes"),
+                "activity": _missing(analysis, "activity", "wait-event sampling"),
+                "usdt": _missing(analysis, "usdt", "kernel-side tracing of the server's probes"),
                 "usdt_checkpoint": (
-                    _missing(result, "usdt", "checkpoint phases") if not checkpoints else ""
+                    _missing(analysis, "usdt", "checkpoint phases") if not checkpoints.items else ""
                 ),
-                "perf": _missing(result, "perf", "CPU profiles"),
+                "perf": _missing(analysis, "perf", "CPU profiles"),
             },
         )
     )
 
 
-def write_report(result: RunResult) -> Path:
-    path = result.run_dir / "report.html"
-    path.write_text(report_html(result))
+def write_report(
+    analysis: RunAnalysis, folder: Path | None = None, offered: Mapping[str, str] | None = None
+) -> Path:
+    path = (folder or analysis.folder) / "report.html"
+    path.write_text(report_html(analysis, offered))
     return path

@@ -5,24 +5,29 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
 
-from pgscope.analyze.run import RunResult
+from pgscope.analyze.model import RunAnalysis
 from pgscope.render.console import print_summary
 from pgscope.render.html import write_report
 from pgscope.render.json_doc import run_document
 
 
-def write_outputs(result: RunResult) -> dict[str, Path]:
-    folder = result.run_dir
-    (folder / "summary.json").write_text(json.dumps(run_document(result), indent=2, default=str))
+def write_outputs(
+    analysis: RunAnalysis, offered: Mapping[str, str] | None = None
+) -> dict[str, Path]:
+    """summary.json, summary.txt and report.html in the run folder; `offered` names the
+    collectors this pgscope has (the report lists those the run did not select)."""
+    folder = analysis.folder
+    (folder / "summary.json").write_text(json.dumps(run_document(analysis), indent=2, default=str))
     recorder = Console(record=True, width=110, file=io.StringIO())
-    print_summary(recorder, result)
+    print_summary(recorder, analysis)
     (folder / "summary.txt").write_text(recorder.export_text())
     return {
         "summary.json": folder / "summary.json",
         "summary.txt": folder / "summary.txt",
-        "report.html": write_report(result),
+        "report.html": write_report(analysis, folder, offered),
     }

@@ -1,33 +1,65 @@
 """Console views of variants side by side: the comparison with the baseline, the evidence per
-variant, and the dips after actions. Renders analysis results only."""
+variant (a view of the facts of each cell), and the dips after actions. Renders analysis
+results only."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
-from pgscope.analyze.run import RunResult
+from pgscope.analyze.model import RunAnalysis
 
-# (column title, attribute, format) for the evidence table; a column shows only if measured.
+# (column title, fact, format) for the evidence table; a column shows only if measured.
 EVIDENCE_COLUMNS = (
     ("p95 ms", "p95_ms", "{:.2f}"),
-    ("IPC:SyncRep", "syncrep_share", "{:.0%}"),
-    ("Lock waits", "lock_share", "{:.0%}"),
-    ("walsender CPU", "walsender_cpu", "{:.2f}"),
-    ("WAL B/xact", "wal_bytes_per_xact", "{:,.0f}"),
-    ("FPI/xact", "fpi_per_xact", "{:.2f}"),
+    ("IPC:SyncRep", "wait.syncrep", "{:.0%}"),
+    ("Lock waits", "wait.class.Lock", "{:.0%}"),
+    ("walsender CPU", "wait.walsender_cpu", "{:.2f}"),
+    ("WAL B/xact", "wal.bytes_per_xact", "{:,.0f}"),
+    ("FPI/xact", "wal.fpi_per_xact", "{:.2f}"),
     ("rows/commit", "rows_per_commit", "{:.1f}"),
-    ("log MB/s", "log_bytes_per_s", "{:.2f}"),
+    ("log MB/s", "log.bytes_per_s", "{:.2f}"),
 )
+# Facts in bytes/s shown in MB/s.
+_SCALE = {"log.bytes_per_s": 1e-6}
 
 
 def _fmt(value: float | None, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
-def print_variants(console: Console, result: RunResult) -> None:
-    if result.comparisons:
-        base = result.comparisons[0].baseline
+def evidence_table(analysis: RunAnalysis) -> tuple[list[str], list[list[str]]]:
+    """Column titles and rows (variant, clients, tps, then each measured column) of the
+    evidence per cell; none where nothing beyond tps was measured. A column shows only where
+    something was measured: a share that is zero everywhere (no SyncRep waits without
+    standbys) would only be noise."""
+    sheets = analysis.cell_sheets()
+    shown = [
+        (title, fact, fmt)
+        for title, fact, fmt in EVIDENCE_COLUMNS
+        if any(s.value(fact) for s in sheets)
+    ]
+    if not shown:
+        return [], []
+    rows = [
+        [
+            s.variant or "",
+            str(s.clients),
+            _fmt(s.value("tps"), "{:,.0f}"),
+            *(
+                _fmt(None if (v := s.value(fact)) is None else v * _SCALE.get(fact, 1.0), fmt)
+                for _, fact, fmt in shown
+            ),
+        ]
+        for s in sheets
+    ]
+    return ["tps", *(title for title, _, _ in shown)], rows
+
+
+def print_variants(console: Console, result: RunAnalysis) -> None:
+    comparisons = result.variants.comparisons
+    if comparisons:
+        base = comparisons[0].baseline
         table = Table(
             title=f"variants against {base} (tps; 95% interval of the change)",
             title_justify="left",
@@ -35,7 +67,7 @@ def print_variants(console: Console, result: RunResult) -> None:
         )
         for name in ("variant", "clients", "tps", f"{base} tps", "change", "95% interval", ""):
             table.add_column(name, justify="left" if name == "variant" else "right")
-        for c in result.comparisons:
+        for c in comparisons:
             ci = f"{c.ci95_pct[0]:+.1f}% … {c.ci95_pct[1]:+.1f}%" if c.ci95_pct else "n/a"
             verdict = (
                 "beyond noise"
@@ -55,31 +87,19 @@ def print_variants(console: Console, result: RunResult) -> None:
             )
         console.print()
         console.print(table)
-    # A column shows only where something was measured: a share that is zero everywhere
-    # (no SyncRep waits without standbys) would only be noise.
-    shown = [
-        (title, attr, fmt)
-        for title, attr, fmt in EVIDENCE_COLUMNS
-        if any(getattr(e, attr) for e in result.evidence)
-    ]
-    variants = {e.variant for e in result.evidence}
-    if len(variants) > 1 and len(shown) > 1:
+    titles, rows = evidence_table(result)
+    if len({row[0] for row in rows}) > 1 and len(titles) > 2:
         table = Table(title="evidence per variant", title_justify="left", show_edge=False)
         table.add_column("variant")
         table.add_column("clients", justify="right")
-        table.add_column("tps", justify="right")
-        for title, _, _ in shown:
+        for title in titles:
             table.add_column(title, justify="right")
-        for e in result.evidence:
-            table.add_row(
-                e.variant,
-                str(e.clients),
-                _fmt(e.tps, "{:,.0f}"),
-                *(_fmt(getattr(e, attr), fmt) for _, attr, fmt in shown),
-            )
+        for row in rows:
+            table.add_row(*row)
         console.print()
         console.print(table)
-    if result.dips:
+    dips = result.timeline.dips
+    if dips:
         table = Table(title="throughput around each action", title_justify="left", show_edge=False)
         for name in (
             "step",
@@ -95,7 +115,7 @@ def print_variants(console: Console, result: RunResult) -> None:
             "WAL MB/s before → after",
         ):
             table.add_column(name, justify="left" if name in ("variant", "action") else "right")
-        for d in result.dips:
+        for d in dips:
             fpi = (
                 f"{d.fpi_per_s_before:,.0f} → {d.fpi_per_s_after:,.0f}"
                 if d.fpi_per_s_before is not None and d.fpi_per_s_after is not None

@@ -1,0 +1,362 @@
+"""A run's analysis from its store: the one place that reads a run store for analysis.
+
+Each section of the model (`model.py`) is read here once, by the section's own analysis
+(waits, pgstats, timeline, usdt, profile); then the facts are computed from the model alone
+and the rules judge them. Renderers, `compare` and the facts never open a store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from pgscope.analyze import compare, pgstats, profile, timeline, usdt, waits
+from pgscope.analyze.diagnose import diagnose
+from pgscope.analyze.facts import extract
+from pgscope.analyze.model import (
+    Checkpoints,
+    Cpu,
+    Environment,
+    HostCell,
+    Latency,
+    Locks,
+    ProfileCell,
+    RunAnalysis,
+    Setting,
+    Step,
+    StepCheckpoint,
+    Target,
+    Timeline,
+    TracedCell,
+    Variants,
+)
+from pgscope.analyze.scaling import ScalingAnalysis, analyse
+from pgscope.errors import InputFileError
+from pgscope.store import RunStore
+
+MAX_FLAMES = 3  # per kind: beyond that the report gets long and heavy (~300 kB each)
+
+
+def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
+    """A run's analysis and diagnosis; a damaged store is a one-line error."""
+    try:
+        measured = _read(run_dir, bootstrap)
+    except duckdb.Error as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise InputFileError(
+            f"{run_dir}: the run store is damaged or from an unknown version: {reason}"
+        ) from None
+    sheets = extract(measured)
+    return dataclasses.replace(measured, facts=sheets, diagnosis=diagnose(sheets))
+
+
+def _read(run_dir: Path, bootstrap: int) -> RunAnalysis:
+    store = RunStore.open(run_dir)
+    try:
+        return _sections(store, run_dir, bootstrap)
+    finally:
+        store.close()
+
+
+def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
+    db = store.db
+    run = store.run_row()
+    if run["status"] == "running":
+        # The writer is gone (it holds a lock while alive): killed without cleanup.
+        run["status"] = "interrupted"
+        run["status_reason"] = run["status_reason"] or "the run ended without finishing"
+    rows = store.steps()
+    spec: dict[str, Any] = json.loads(run["spec_json"] or "{}")
+    declared = list(spec.get("variants") or {})
+    scaling = _scaling(rows, bootstrap, declared)
+    steps = [_step(r) for r in rows]
+    return RunAnalysis(
+        run_id=str(run["run_id"]),
+        run_dir=str(run_dir.resolve()),
+        status=str(run["status"]),
+        status_reason=run["status_reason"],
+        recipe=run["recipe"],
+        command_line=run["command_line"],
+        pgscope_version=run["pgscope_version"],
+        target=Target(run["target_kind"], run["target_conninfo"], run["server_version"]),
+        started_us=run["started_us"],
+        ended_us=run["ended_us"],
+        environment=_environment(store, run, spec),
+        steps=steps,
+        scalability=scaling,
+        waits=waits.analyse(db),
+        counters=pgstats.per_step(db),
+        timeline=Timeline(timeline.series(db), timeline.dips(db)),
+        locks=_locks(db, steps),
+        checkpoints=_checkpoints(db, steps),
+        cpu=_cpu(store, scaling),
+        variants=_variants(rows, spec, declared),
+    )
+
+
+def _scaling(rows: list[dict[str, Any]], bootstrap: int, declared: list[str]) -> ScalingAnalysis:
+    scaling = analyse(rows, bootstrap=bootstrap, variant_order=declared)
+    # The bands are drawn (scaling.curves); the draws behind them would only weigh the JSON.
+    scaling.fits = {v: dataclasses.replace(f, draws=None) for v, f in scaling.fits.items()}
+    return scaling
+
+
+def _step(row: dict[str, Any]) -> Step:
+    return Step(
+        step_id=row["step_id"],
+        variant=row["variant"],
+        clients=row["clients"],
+        repeat=row["repeat"],
+        status=row["status"],
+        error=row["error"],
+        tps=row["tps"],
+        xacts=row["xacts"],
+        failed_xacts=row["failed"],
+        latency_ms=Latency(
+            row["latency_mean_ms"],
+            row["p50_ms"],
+            row["p90_ms"],
+            row["p95_ms"],
+            row["p99_ms"],
+            row["p999_ms"],
+            row["max_ms"],
+        ),
+        started_us=row["started_us"],
+        ended_us=row["ended_us"],
+        window_start_us=row["window_start_us"],
+        window_end_us=row["window_end_us"],
+    )
+
+
+def _environment(store: RunStore, run: dict[str, Any], spec: dict[str, Any]) -> Environment:
+    settings: dict[str, list[Setting]] = {}
+    for row in store.query(
+        "SELECT variant, name, setting, unit, source FROM settings ORDER BY variant, name"
+    ):
+        settings.setdefault(row["variant"], []).append(
+            Setting(row["name"], row["setting"], row["unit"], row["source"])
+        )
+    collectors: list[dict[str, Any]] = []
+    gaps: list[dict[str, Any]] = []
+    if store.has_table("collectors"):  # stores of schema version 1 have neither
+        collectors = store.query("SELECT * FROM collectors ORDER BY name")
+        gaps = store.query("SELECT * FROM collector_gaps ORDER BY start_us")
+    host = dict(json.loads(run["host_json"] or "{}"))
+    return Environment(host, settings, spec, collectors, gaps)
+
+
+def _variants(rows: list[dict[str, Any]], spec: dict[str, Any], declared: list[str]) -> Variants:
+    baseline = spec.get("baseline") or next(iter(declared), None)
+    comparisons = compare.compare_variants(rows, baseline)
+    return Variants(comparisons[0].baseline if comparisons else baseline, comparisons)
+
+
+def _window(step: Step) -> tuple[int, int] | None:
+    start = step.window_start_us or step.started_us
+    end = step.window_end_us or step.ended_us
+    return (start, end) if start is not None and end is not None and end > start else None
+
+
+def _locks(db: duckdb.DuckDBPyConnection, steps: list[Step]) -> Locks:
+    if not usdt.has_usdt(db):
+        return Locks(False, [], [], [])
+    programs = {r[0] for r in db.execute("SELECT DISTINCT program FROM usdt_seconds").fetchall()}
+    by_cell: dict[tuple[str, int], list[Step]] = defaultdict(list)
+    for step in steps:
+        if step.ok and _window(step):
+            by_cell[(step.variant, step.clients)].append(step)
+    cells = []
+    for (variant, clients), members in by_cell.items():
+        seconds, xacts = 0.0, 0.0
+        lwlocks: list[list[usdt.LatencySummary]] = []
+        lock_waits: list[list[usdt.LatencySummary]] = []
+        for step in members:
+            start, end = _window(step) or (0, 0)
+            covered = usdt.covered_seconds(db, "lwlock", start, end) or usdt.covered_seconds(
+                db, "locks", start, end
+            )
+            seconds += covered
+            xacts += (step.tps or 0.0) * covered
+            lwlocks.append(usdt.latency(db, "lwlock_wait", start, end))
+            lock_waits.append(usdt.latency(db, "lock_wait", start, end))
+        cells.append(
+            TracedCell(
+                variant, clients, seconds, round(xacts), _pooled(lwlocks), _pooled(lock_waits)
+            )
+        )
+    cells.sort(key=lambda c: (c.variant, c.clients))
+    return Locks(
+        bool(programs & {"lwlock", "locks"}),
+        usdt.latency(db, "lwlock_wait"),
+        usdt.latency(db, "lock_wait"),
+        cells,
+    )
+
+
+def _pooled(groups: list[list[usdt.LatencySummary]]) -> list[usdt.LatencySummary]:
+    """Summaries of several windows added up per (event, object, mode)."""
+    totals: dict[tuple[str, str | None, str | None], list[int]] = {}
+    buckets: dict[tuple[str, str | None, str | None], dict[tuple[int, int], int]] = {}
+    for group in groups:
+        for s in group:
+            key = (s.event, s.object, s.mode)
+            count_total = totals.setdefault(key, [0, 0])
+            count_total[0] += s.count
+            count_total[1] += s.total_ns
+            hist = buckets.setdefault(key, {})
+            for b in s.buckets:
+                hist[(b.lo_ns, b.hi_ns)] = hist.get((b.lo_ns, b.hi_ns), 0) + b.count
+    pooled = [
+        usdt.LatencySummary(
+            key[0],
+            key[1],
+            key[2],
+            count,
+            total,
+            tuple(usdt.Bucket(lo, hi, n) for (lo, hi), n in sorted(buckets[key].items())),
+        )
+        for key, (count, total) in totals.items()
+    ]
+    return sorted(pooled, key=lambda s: (-s.total_ns, s.event, s.object or "", s.mode or ""))
+
+
+def _checkpoints(db: duckdb.DuckDBPyConnection, steps: list[Step]) -> Checkpoints:
+    if not usdt.has_usdt(db):
+        return Checkpoints(False, [])
+    programs = {r[0] for r in db.execute("SELECT DISTINCT program FROM usdt_seconds").fetchall()}
+    items = []
+    for ckpt in usdt.checkpoints(db):
+        step = next(
+            (
+                s
+                for s in steps
+                if s.started_us is not None
+                and s.ended_us is not None
+                and s.started_us <= ckpt.start_us < s.ended_us
+            ),
+            None,
+        )
+        items.append(
+            StepCheckpoint(
+                step.step_id if step else None,
+                step.variant if step else None,
+                step.clients if step else None,
+                ckpt,
+            )
+        )
+    return Checkpoints("checkpoint" in programs, items)
+
+
+def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
+    walsender = waits.backend_cpu_aas(store.db, "walsender")
+    host: list[HostCell] = []
+    if store.has_table("host_cpu"):
+        for row in store.query(
+            "SELECT s.variant, s.clients, avg(h.busy) AS busy, avg(h.iowait_share) AS iowait, "
+            "avg(h.steal_share) AS steal, avg(h.server_share) AS server, "
+            "avg(h.client_share) AS client, max(h.cpus) AS cpus "
+            "FROM host_cpu h "
+            "JOIN steps s ON h.ts_us BETWEEN s.window_start_us AND s.window_end_us "
+            "GROUP BY ALL ORDER BY ALL"
+        ):
+            if row["busy"] is None:
+                continue
+            host.append(
+                HostCell(
+                    row["variant"],
+                    row["clients"],
+                    row["busy"],
+                    row["iowait"],
+                    row["steal"],
+                    row["server"],
+                    row["client"],
+                    row["cpus"],
+                    walsender.get((row["variant"], row["clients"])),
+                )
+            )
+    if not store.has_table("profile_stacks"):
+        return Cpu(host, [], None, [])
+    cells = []
+    for cell in scaling.cells:
+        steps = profile.steps_of(store, cell.variant, cell.clients)
+        cpu = profile.load_profile(store, "cpu", steps) if steps else None
+        if cpu is not None and cpu.total:
+            cells.append(ProfileCell(cell.variant, cell.clients, profile.function_table(cpu)))
+    whole = profile.load_profile(store, "cpu", None)
+    return Cpu(
+        host,
+        cells,
+        profile.function_table(whole) if whole.total else None,
+        _flames(store, scaling),
+    )
+
+
+def _flames(store: RunStore, scaling: ScalingAnalysis) -> list[profile.FlameGraph]:
+    """Per kind: each variant's flame graph (the first few), and what changed from the first
+    to the last variant, or, with one variant, from its lowest to its highest client count."""
+    graphs: list[profile.FlameGraph] = []
+    variants = scaling.variants()
+    clients = sorted({c.clients for c in scaling.cells})
+    for kind, what in (("cpu", "On-CPU"), ("offcpu", "Off-CPU (where processes sleep)")):
+        loaded = []
+        for variant in variants[:MAX_FLAMES]:
+            prof = profile.load_profile(
+                store, kind, profile.steps_of(store, variant), label=variant
+            )
+            if prof.total:
+                loaded.append(prof)
+                graphs.append(profile.flame_graph(prof, f"{what} profile, variant {variant}"))
+        pair = None
+        if len(loaded) >= 2:
+            pair = loaded[0], loaded[-1]
+        elif len(loaded) == 1 and len(clients) >= 2:
+            low, high = (
+                profile.load_profile(
+                    store, kind, profile.steps_of(store, variants[0], n), label=f"{n} clients"
+                )
+                for n in (clients[0], clients[-1])
+            )
+            if low.total and high.total:
+                pair = low, high
+        if pair is not None:
+            a, b = pair
+            graphs.append(profile.diff_flame_graph(a, b, f"{what}: {a.label} → {b.label}"))
+    return graphs
+
+
+# ---------------------------------------------------------------------------------------------
+# Standalone sessions (`pgscope trace`, `pgscope profile`): what one program or profiler saw
+
+
+def _collectors(store: RunStore) -> list[dict[str, Any]]:
+    return store.query(
+        "SELECT name, available, reason, status, error FROM collectors ORDER BY name"
+    )
+
+
+def load_trace(run_dir: Path, program: str) -> tuple[usdt.TraceSummary, list[dict[str, Any]]]:
+    """What the usdt program `program` recorded over a whole session, and the collectors."""
+    store = RunStore.open(run_dir)
+    try:
+        return usdt.trace_summary(store.db, program), _collectors(store)
+    finally:
+        store.close()
+
+
+def load_profiles(
+    run_dir: Path, kinds: list[str]
+) -> tuple[dict[str, profile.Profile], list[dict[str, Any]]]:
+    """A session's whole profile of each kind ("cpu", "offcpu"), and the collectors."""
+    store = RunStore.open(run_dir)
+    try:
+        return (
+            {kind: profile.load_profile(store, kind, label=kind) for kind in kinds},
+            _collectors(store),
+        )
+    finally:
+        store.close()

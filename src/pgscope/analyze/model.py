@@ -1,0 +1,436 @@
+"""The analysis of one run, as one frozen, typed model.
+
+`load.py` builds it, and is the only code that reads a run store. Everything downstream reads
+it and nothing else: the facts (pure functions of it, per cell), the diagnosis, `compare`, and
+every renderer (console, text, JSON, HTML). Its JSON form (`to_document`) is the run's
+`summary.json` and `report --format json`: one key per report section, so the HTML report can
+be rendered from that file alone (`from_document`).
+
+This module defines the shapes only; it imports the section types of the analyses that fill
+them and nothing that imports it back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from pgscope.analyze.compare import Comparison
+from pgscope.analyze.pgstats import StepStats
+from pgscope.analyze.profile import FlameGraph, FunctionTable
+from pgscope.analyze.scaling import ScalingAnalysis
+from pgscope.analyze.timeline import Dip, Series
+from pgscope.analyze.usdt import Checkpoint, LatencySummary
+from pgscope.analyze.waits import WaitAnalysis
+
+# 2: one key per report section (scalability, timeline, locks, checkpoints, cpu, variants,
+# environment), facts per cell; 1 had the store's rows side by side.
+DOCUMENT_VERSION = 2
+
+# ---------------------------------------------------------------------------------------------
+# Evidence: facts, and what the rules made of them
+
+
+@dataclass(frozen=True)
+class Fact:
+    name: str
+    value: float
+    unit: str  # "share", "ms", "µs", "tps", "ratio", "bytes", "bytes/s", "count", "clients"
+    source: str  # the collector or analysis it came from
+    label: str  # what it is, in words
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def shown(self) -> str:
+        """The value as a reader wants it."""
+        v = self.value
+        if self.unit == "share":
+            return f"{v:.0%}" if abs(v) >= 0.01 or v == 0 else f"{v:.2%}"
+        if self.unit == "bytes/s":
+            return f"{v / 1e6:.2f} MB/s"
+        if self.unit == "bytes":
+            return f"{v:,.0f} B"
+        if self.unit == "ratio":
+            return f"{v:.1f}×"
+        if self.unit == "%":
+            return f"{v:+.1f}%"
+        if self.unit in ("tps", "count", "clients"):
+            return f"{v:,.0f}"
+        if self.unit == "ms" and v >= 1000:
+            return f"{v / 1000:.3g} s"
+        return f"{v:.3g} {self.unit}"
+
+
+@dataclass
+class FactSheet:
+    """The facts of one cell (a variant at one client count), or of the whole run (variant
+    None: the variants against each other). `peak` marks each variant's highest client count,
+    the cell the rules read unless they say otherwise."""
+
+    variant: str | None
+    clients: int | None
+    facts: dict[str, Fact] = field(default_factory=dict)
+    peak: bool = True
+
+    def add(self, name: str, value: float | None, unit: str, source: str, label: str) -> None:
+        if value is not None:
+            self.facts[name] = Fact(name, float(value), unit, source, label)
+
+    def get(self, name: str) -> Fact | None:
+        return self.facts.get(name)
+
+    def value(self, name: str) -> float | None:
+        fact = self.facts.get(name)
+        return fact.value if fact else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "clients": self.clients,
+            "peak": self.peak,
+            "facts": {n: f.to_json() for n, f in sorted(self.facts.items())},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FactSheet:
+        return cls(
+            data.get("variant"),
+            data.get("clients"),
+            {name: Fact(**fact) for name, fact in data["facts"].items()},
+            bool(data.get("peak", True)),
+        )
+
+
+@dataclass
+class Finding:
+    id: str
+    title: str
+    confidence: str
+    score: float
+    variant: str | None
+    clients: int | None
+    evidence: list[Fact]
+    refute: str
+    recommendations: list[str]
+    weakened_by: list[str] = field(default_factory=list)
+    specific: bool = True  # False: every variant shows it (background in a comparison)
+    breadth: float = 1.0  # the share of variants (sheets) in which the rule fired
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "confidence": self.confidence,
+            "score": self.score,
+            "variant": self.variant,
+            "clients": self.clients,
+            "evidence": [{**fact.to_json(), "shown": fact.shown()} for fact in self.evidence],
+            "refute": self.refute,
+            "recommendations": self.recommendations,
+            "weakened_by": self.weakened_by,
+            "specific": self.specific,  # False: every variant shows it
+            "breadth": self.breadth,
+        }
+
+
+@dataclass(frozen=True)
+class NotAssessed:
+    id: str
+    variant: str | None
+    missing: list[str]
+    needs: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Diagnosis:
+    verdict: str
+    findings: list[Finding]  # best first
+    not_assessed: list[NotAssessed]
+    weak: bool  # no finding reached medium confidence
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "weak": self.weak,
+            "findings": [f.to_json() for f in self.findings],
+            "not_assessed": [n.to_json() for n in self.not_assessed],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# The run's sections
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str | None  # "embedded", "dsn", "session"
+    conninfo: str | None  # without its password
+    server_version: str | None
+
+
+@dataclass(frozen=True)
+class Latency:
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    p999: float | None
+    max: float | None
+
+
+@dataclass(frozen=True)
+class Step:
+    step_id: int
+    variant: str
+    clients: int
+    repeat: int
+    status: str
+    error: str | None
+    tps: float | None
+    xacts: int | None
+    failed_xacts: int | None
+    latency_ms: Latency
+    started_us: int | None
+    ended_us: int | None
+    window_start_us: int | None = None  # the measured window, after the warm-up
+    window_end_us: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.tps is not None
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    setting: str | None
+    unit: str | None
+    source: str | None
+
+    @property
+    def shown(self) -> str:
+        """The value as PostgreSQL's SHOW gives it: memory in the largest exact unit."""
+        if self.setting is None:
+            return "-"
+        return _with_unit(self.setting, self.unit)
+
+
+_MEMORY_UNITS = (("TB", 2**40), ("GB", 2**30), ("MB", 2**20), ("kB", 2**10), ("B", 1))
+
+
+def _with_unit(setting: str, unit: str | None) -> str:
+    if not unit:
+        return setting
+    base = {"B": 1, "kB": 2**10, "8kB": 8 * 2**10, "MB": 2**20, "16MB": 16 * 2**20}.get(unit)
+    if base is None or not setting.lstrip("-").isdigit():
+        return f"{setting} {unit}"
+    value = int(setting) * base
+    if value <= 0:
+        return setting
+    name, size = next((n, s) for n, s in _MEMORY_UNITS if value % s == 0)
+    return f"{value // size}{name}"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where and how the run was measured."""
+
+    host: dict[str, Any]  # the host's description (CPUs, memory, kernel)
+    settings: dict[str, list[Setting]]  # per variant, as the server reported them
+    spec: dict[str, Any]  # the effective spec
+    collectors: list[dict[str, Any]]  # each collector's record: available, status, error
+    gaps: list[dict[str, Any]]  # spans a collector did not cover, and why
+
+
+@dataclass(frozen=True)
+class Timeline:
+    series: Series | None  # per second: tps, p95, AAS by wait class, markers
+    dips: list[Dip]  # throughput after each action or checkpoint
+
+
+@dataclass(frozen=True)
+class TracedCell:
+    """Kernel-side tracing (usdt) pooled over one cell's steps' measured windows."""
+
+    variant: str
+    clients: int
+    seconds: float  # traced seconds in the windows
+    xacts: int  # transactions in those windows
+    lwlocks: list[LatencySummary]  # per tranche and mode, most total wait first
+    lock_waits: list[LatencySummary]  # heavyweight lock waits per lock type and mode
+
+
+@dataclass(frozen=True)
+class Locks:
+    traced: bool  # the usdt collector's lwlock or locks program ran
+    lwlocks: list[LatencySummary]  # over the whole run
+    lock_waits: list[LatencySummary]
+    by_cell: list[TracedCell]
+
+
+@dataclass(frozen=True)
+class StepCheckpoint:
+    """A traced checkpoint, with the step it started in (None: between steps)."""
+
+    step_id: int | None
+    variant: str | None
+    clients: int | None
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    traced: bool  # the usdt collector's checkpoint program ran
+    items: list[StepCheckpoint]
+
+
+@dataclass(frozen=True)
+class HostCell:
+    """The host's CPU over one cell's measured windows, as shares of the host's CPU time."""
+
+    variant: str
+    clients: int
+    busy: float | None
+    iowait: float | None
+    steal: float | None
+    server: float | None  # the cluster's processes
+    client: float | None  # pgbench
+    cpus: int | None
+    walsender_aas: float | None = None  # walsenders on CPU on average (activity sampling)
+
+
+@dataclass(frozen=True)
+class ProfileCell:
+    """The on-CPU profile of one cell's steps."""
+
+    variant: str
+    clients: int
+    functions: FunctionTable
+
+
+@dataclass(frozen=True)
+class Cpu:
+    host: list[HostCell]
+    profiles: list[ProfileCell]  # on-CPU profile per cell (perf)
+    run_profile: FunctionTable | None  # on-CPU over the whole run (for compare)
+    flames: list[FlameGraph]
+
+
+@dataclass(frozen=True)
+class Variants:
+    baseline: str | None
+    comparisons: list[Comparison]  # each variant against the baseline, per client count
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    run_id: str
+    run_dir: str
+    status: str  # "complete", "partial", "interrupted", "failed"
+    status_reason: str | None
+    recipe: str | None
+    command_line: str | None
+    pgscope_version: str | None
+    target: Target
+    started_us: int | None
+    ended_us: int | None
+    environment: Environment
+    steps: list[Step]
+    scalability: ScalingAnalysis
+    waits: WaitAnalysis | None
+    counters: list[StepStats]  # cumulative statistics per step (pgstats)
+    timeline: Timeline
+    locks: Locks
+    checkpoints: Checkpoints
+    cpu: Cpu
+    variants: Variants
+    facts: list[FactSheet] = field(default_factory=list)  # per cell, then the run's
+    diagnosis: Diagnosis | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.run_dir)
+
+    def variant_names(self) -> list[str]:
+        return self.scalability.variants()
+
+    def cell_sheets(self) -> list[FactSheet]:
+        return [s for s in self.facts if s.variant is not None]
+
+
+# ---------------------------------------------------------------------------------------------
+# The JSON document
+
+
+@cache
+def _adapter() -> TypeAdapter[RunAnalysis]:
+    return TypeAdapter(RunAnalysis)
+
+
+def _primitive(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def _with_properties(obj: Any, dumped: Any) -> Any:
+    """The dump with each dataclass's derived numbers (its properties) beside its fields: what
+    a reader of the JSON wants (a dip's depth, a comparison's significance) without the code."""
+    if dataclasses.is_dataclass(obj) and isinstance(dumped, dict):
+        for f in dataclasses.fields(obj):
+            if f.name in dumped:
+                dumped[f.name] = _with_properties(getattr(obj, f.name), dumped[f.name])
+        for name in dir(type(obj)):
+            if name.startswith("_") or name in dumped:
+                continue
+            if isinstance(getattr(type(obj), name), property):
+                value = getattr(obj, name)
+                if _primitive(value):
+                    dumped[name] = value
+        return dumped
+    if isinstance(obj, list | tuple) and isinstance(dumped, list):
+        return [_with_properties(o, d) for o, d in zip(obj, dumped, strict=True)]
+    if isinstance(obj, dict) and isinstance(dumped, dict):
+        return {k: _with_properties(obj.get(k), v) for k, v in dumped.items()}
+    return dumped
+
+
+def to_document(analysis: RunAnalysis) -> dict[str, Any]:
+    """The analysis as one JSON document: every section of the report under its own key."""
+    dumped = _adapter().dump_python(analysis, mode="json")
+    document: dict[str, Any] = {"schema_version": DOCUMENT_VERSION}
+    diagnosis = analysis.diagnosis
+    document["verdict"] = diagnosis.verdict if diagnosis else None
+    document["findings"] = [f.to_json() for f in diagnosis.findings] if diagnosis else []
+    document.update(_with_properties(analysis, dumped))
+    document["diagnosis"] = diagnosis.to_json() if diagnosis else None
+    document["facts"] = [sheet.to_json() for sheet in analysis.facts]
+    return document
+
+
+def from_document(document: dict[str, Any]) -> RunAnalysis:
+    """The analysis back from its JSON document (derived keys are ignored)."""
+    version = document.get("schema_version")
+    if version != DOCUMENT_VERSION:
+        raise ValueError(
+            f"a summary of schema version {version}; this pgscope reads version "
+            f"{DOCUMENT_VERSION} (re-create it with `pgscope report RUN`)"
+        )
+    return _adapter().validate_python(document)
+
+
+def read_document(path: Path) -> RunAnalysis:
+    return from_document(json.loads(path.read_text()))

@@ -1,0 +1,25 @@
+"""DuckDB helpers shared by the run store (which writes runs) and the analyses (which read
+them), so that reading a run needs no part of the writing side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import duckdb
+
+
+def table_exists(db: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Collectors create their tables when they start: a run without one has none."""
+    row = db.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+    ).fetchone()
+    return bool(row and row[0])
+
+
+class Queryable(Protocol):
+    """What the analyses need of an open run store: rows as dicts, and which tables exist."""
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]: ...
+
+    def has_table(self, name: str) -> bool: ...
