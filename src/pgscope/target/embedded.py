@@ -5,11 +5,20 @@ listens on a free loopback port, runs as an unprivileged account when pgscope ru
 and is always torn down: fast shutdown, then immediate, then SIGKILL of its process group,
 then the directory is removed. Variant settings go through ALTER SYSTEM, followed by a reload
 or a restart according to each setting's `pg_settings.context`.
+
+Every cluster gets its own data directory, copied from an initdb template: initdb runs once
+per process (or once per directory named by PGSCOPE_INITDB_TEMPLATES, which a test session
+sets so that its many clusters share one initdb), keyed by what decides initdb's output. A
+template is never started; where it cannot be made or copied, the cluster runs initdb itself.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -36,6 +45,25 @@ SUPERUSER = "postgres"
 _LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+ \S+ \[\d+\] ")  # our log_line_prefix
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 30.0
+# --no-sync: a throw-away cluster needs no durable initdb; it saves seconds per run.
+INITDB_OPTIONS = (
+    "-U",
+    SUPERUSER,
+    "--auth=trust",
+    "-E",
+    "UTF8",
+    "--locale=C",
+    "--no-sync",
+    "--no-instructions",
+)
+TEMPLATES_ENV = "PGSCOPE_INITDB_TEMPLATES"  # a directory of initdb templates to share
+# Set (to the reason) by a test session that must start no server: starting one then fails.
+NO_SERVER_ENV = "PGSCOPE_NO_SERVER"
+
+
+class ServerForbidden(RuntimeError):
+    """A cluster was about to start where PGSCOPE_NO_SERVER forbids it (a mis-marked test).
+    Not a PgscopeError on purpose: it must not look like any error a test expects."""
 
 
 def benchmark_defaults(max_clients: int) -> dict[str, str]:
@@ -85,6 +113,7 @@ class EmbeddedCluster:
     # A standby is an embedded cluster whose data directory is a base backup of a primary.
     primary: EmbeddedCluster | None = None
     standby_name: str = ""
+    initialised_by: str = ""  # "template" (a copy of one) or "initdb", once started
     _proc: subprocess.Popen[Any] | None = None
     _applied: dict[str, str] = field(default_factory=dict)
     _log_file: Any = None
@@ -130,9 +159,13 @@ class EmbeddedCluster:
         self.teardown()
 
     def start(self) -> None:
+        forbidden = os.environ.get(NO_SERVER_ENV)
+        if forbidden:
+            raise ServerForbidden(f"{NO_SERVER_ENV} is set, no PostgreSQL may start: {forbidden}")
         self._create_root()
         if self.primary is None:
-            self._initdb()
+            if not self._copy_template():
+                self._initdb()
         else:
             self._base_backup(self.primary)
         self._write_config()
@@ -214,26 +247,22 @@ class EmbeddedCluster:
             self.run_as.chown(path)
 
     def _initdb(self) -> None:
-        # --no-sync: a throw-away cluster needs no durable initdb; it saves seconds per run.
-        argv: list[str | os.PathLike[str]] = [
-            self.pg.path("initdb"),
-            "-D",
-            self.data_dir,
-            "-U",
-            SUPERUSER,
-            "--auth=trust",
-            "-E",
-            "UTF8",
-            "--locale=C",
-            "--no-sync",
-            "--no-instructions",
-        ]
-        result = run_child(argv, run_as=self.run_as, timeout=300, cwd=self.root)
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise EnvironmentProblem(
-                f"initdb as {self.run_as.name} in {self.data_dir} failed: {last}"
-            )
+        _run_initdb(self.pg, self.run_as, self.data_dir)
+        self.initialised_by = "initdb"
+
+    def _copy_template(self) -> bool:
+        """The data directory as a copy of this process's (or session's) initdb template.
+        False when there is none and none can be made, or the copy fails: then initdb."""
+        template = _template(self.pg, self.run_as, self.work_dir or Path(tempfile.gettempdir()))
+        if template is None:
+            return False
+        try:
+            _copy_tree(template, self.data_dir)
+        except OSError:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            return False
+        self.initialised_by = "template"
+        return True
 
     def _write_config(self) -> None:
         self.port = free_port()
@@ -451,6 +480,107 @@ class EmbeddedCluster:
 
         if not wait_until(reloaded, 10.0, 0.02):
             raise TargetError("the server did not reload its configuration within 10s")
+
+
+# -- initdb templates ------------------------------------------------------------------------
+
+
+def _run_initdb(pg: PgBinaries, run_as: RunAs, data_dir: Path) -> None:
+    argv: list[str | os.PathLike[str]] = [pg.path("initdb"), "-D", data_dir, *INITDB_OPTIONS]
+    result = run_child(argv, run_as=run_as, timeout=300, cwd=data_dir.parent)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EnvironmentProblem(f"initdb as {run_as.name} in {data_dir} failed: {last}")
+
+
+_keys: dict[tuple[PgBinaries, int, int, str | None], str] = {}
+
+
+def template_key(pg: PgBinaries, run_as: RunAs) -> str:
+    """What decides initdb's output: the binaries (their version, and the files themselves,
+    so that an upgrade in place is a new key), initdb's options, the owning account, and the
+    time zone initdb writes into postgresql.conf."""
+    memo = (pg, run_as.uid, run_as.gid, os.environ.get("TZ"))
+    if memo not in _keys:
+        _keys[memo] = _compute_key(pg, run_as)
+    return _keys[memo]
+
+
+def _compute_key(pg: PgBinaries, run_as: RunAs) -> str:
+    files = []
+    for name in ("initdb", "postgres"):
+        st = pg.path(name).stat()
+        files.append([str(pg.path(name)), st.st_size, st.st_mtime_ns])
+    identity = [pg.version(), files, INITDB_OPTIONS, run_as.uid, run_as.gid, os.environ.get("TZ")]
+    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+    return f"initdb-{digest}"
+
+
+_templates: dict[str, Path] = {}  # key -> template data directory, made by this process
+_process_base: Path | None = None  # where this process keeps its templates
+
+
+def _template(pg: PgBinaries, run_as: RunAs, parent: Path) -> Path | None:
+    """The template data directory for these binaries and account, made if need be: in
+    PGSCOPE_INITDB_TEMPLATES when set, else in a directory of this process's own, removed
+    when it exits. None when it cannot be made (the caller then runs initdb itself)."""
+    try:
+        key = template_key(pg, run_as)
+        if key in _templates and (_templates[key] / "PG_VERSION").is_file():
+            return _templates[key]
+        shared = os.environ.get(TEMPLATES_ENV)
+        base = Path(shared) if shared else _own_base(parent, run_as)
+        made = _make_template(pg, run_as, base, key)
+    except (OSError, EnvironmentProblem):
+        return None
+    _templates[key] = made
+    return made
+
+
+def _own_base(parent: Path, run_as: RunAs) -> Path:
+    global _process_base
+    if _process_base is None or not _process_base.is_dir():
+        _process_base = Path(tempfile.mkdtemp(prefix="pgscope-template-", dir=parent))
+        run_as.chown(_process_base)  # initdb, as the account, writes inside
+        atexit.register(shutil.rmtree, _process_base, True)
+    return _process_base
+
+
+def _make_template(pg: PgBinaries, run_as: RunAs, base: Path, key: str) -> Path:
+    """base/KEY/data, made once: under a lock (other processes may share `base`), initdb into
+    a scratch directory renamed into place only when complete. Only a template owned by the
+    account is used: its copies must be the account's."""
+    done = base / key / "data"
+    if not (done / "PG_VERSION").is_file():
+        base.mkdir(parents=True, exist_ok=True)
+        with (base / f"{key}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (done / "PG_VERSION").is_file():
+                scratch = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".part", dir=base))
+                try:
+                    run_as.chown(scratch)
+                    _run_initdb(pg, run_as, scratch / "data")
+                    scratch.chmod(0o755)  # the account, or root, reads it to copy
+                    scratch.rename(base / key)
+                except BaseException:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                    raise
+    if done.stat().st_uid != run_as.uid:
+        raise PermissionError(f"template {done} is not owned by {run_as.name}")
+    return done
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy a data directory with its modes (PostgreSQL insists on 0700 or 0750) and, as
+    root, its owners; never as links to the source."""
+    shutil.copytree(source, target, symlinks=True)
+    if os.geteuid() != 0:
+        return
+    for folder, dirs, files in os.walk(source):
+        rel = Path(folder).relative_to(source)
+        for name in [".", *dirs, *files]:
+            st = os.lstat(Path(folder, name))
+            os.lchown(target / rel / name, st.st_uid, st.st_gid)
 
 
 def _alter_system(name: str, value: str) -> sql.Composed:
