@@ -118,7 +118,7 @@ def load_profile(
         if any(s is None for s in step_ids):
             conditions.append("step_id IS NULL")
         sql += f" AND ({' OR '.join(conditions) or 'false'})"
-    sql += " GROUP BY ALL"
+    sql += " GROUP BY ALL ORDER BY ALL"  # a stable order: the same run, the same document
     if not _has_profiles(store):
         return Profile(kind, {}, label)
     stacks = {
