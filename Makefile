@@ -1,10 +1,11 @@
 # The two commands of the README. Both install what is missing first (scripts/setup.sh).
 #   make run    a scalability sweep on a throw-away cluster; the report lands in results/
 #   make test   the whole test suite against real PostgreSQL, pgbench, bpftrace and perf
+#   make test-fast  the tests that need no server and no tracing (under a minute)
 RUN_ARGS ?= scaling --quick
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint typecheck bench clean
+.PHONY: setup run test test-fast lint typecheck bench clean
 
 setup:
 	./scripts/setup.sh
@@ -14,6 +15,11 @@ run: setup
 
 test: setup
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+# No test here may start PostgreSQL, pgbench, bpftrace or perf: tests/conftest.py makes them
+# fail when the selection has no test marked for them.
+test-fast: setup
+	.venv/bin/python -m pytest -m "not server and not tracing" $(PYTEST_ARGS)
 
 lint: setup
 	.venv/bin/ruff check src tests bench

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import locale
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -19,7 +21,13 @@ from typing import Any
 import pytest
 
 from pgscope.proc import server_account
-from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
+from pgscope.target.embedded import (
+    NO_SERVER_ENV,
+    TEMPLATES_ENV,
+    EmbeddedCluster,
+    ServerForbidden,
+    benchmark_defaults,
+)
 from pgscope.target.pgbin import PgBinaries, find_binaries
 
 DATA = Path(__file__).parent / "data"
@@ -45,20 +53,196 @@ SESSION_TMP = Path(tempfile.mkdtemp(prefix="pgscope-tests-"))
 os.chmod(SESSION_TMP, 0o755)  # the server's unprivileged account must reach its cluster
 os.environ["TMPDIR"] = str(SESSION_TMP)
 tempfile.tempdir = None  # re-read TMPDIR
+# One initdb for the whole session: every embedded cluster, in this process or in a CLI
+# child, starts from a copy of it (src/pgscope/target/embedded.py).
+os.environ[TEMPLATES_ENV] = str(SESSION_TMP / "initdb-templates")
+
+
+# -- tiers ----------------------------------------------------------------------------------
+# Markers say what a test needs (pyproject.toml registers them): `server` starts PostgreSQL,
+# `tracing` needs root with bpftrace or perf, `load` drives real load for more than a few
+# seconds (and so starts a server too). A test without a marker needs none of them; `make
+# test-fast` runs those. Tests that use a fixture that starts a server (this file's, or a
+# module's own) are marked here, the others in their module.
+SERVER_FIXTURES = {
+    *("cluster", "shared_cluster", "reference_run"),
+    *("sweep", "pgws_cluster", "other_cluster"),  # test_report, test_activity, test_usdt
+    *("logging_run", "syncrep_run", "checkpoint_run", "cpus_run"),  # test_recipes
+}
+SERVER_PROGRAMS = {"postgres", "initdb", "pg_ctl", "pgbench", "pg_basebackup"}
+TRACING_PROGRAMS = {"bpftrace", "perf"}
+QUERIES = {"--version", "-V", "--info"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        if (uses & SERVER_FIXTURES or item.get_closest_marker("load")) and not (
+            item.get_closest_marker("server")
+        ):
+            item.add_marker(pytest.mark.server)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A selection with no `server` test (`make test-fast`) may start none: every embedded
+    cluster (here or in a CLI child) and every server program started from this process then
+    fails loudly, so a test that needs a server and lacks its marker shows. Likewise the
+    tracing programs when no `tracing` test is selected."""
+    marked = {
+        m for item in session.items for m in ("server", "tracing") if item.get_closest_marker(m)
+    }
+    forbidden = set()
+    if "server" not in marked:
+        os.environ[NO_SERVER_ENV] = "no test of this selection is marked `server` (mark it)"
+        forbidden |= SERVER_PROGRAMS
+    if "tracing" not in marked:
+        forbidden |= TRACING_PROGRAMS
+    if forbidden:
+        _refuse_programs(forbidden)
+
+
+def _refuse_programs(names: set[str]) -> None:
+    """Make subprocess.Popen refuse `names` in this process (what-are-you queries excepted:
+    doctor and the collectors' checks ask for versions)."""
+    real_init = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+        words = [os.fsdecode(a) for a in argv]
+        if kwargs.get("shell") and words:
+            words = words[0].split()
+        if words and Path(words[0]).name in names and not set(words[1:]) <= QUERIES:
+            raise ServerForbidden(
+                f"{words[0]} started by a test that is not marked for it "
+                f"(server: PostgreSQL programs; tracing: bpftrace, perf)"
+            )
+        real_init(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = guarded  # type: ignore[method-assign]
+
+
+# -- the CLI, as a user runs it ---------------------------------------------------------------
+# `python -m pgscope` spends a second importing before it does anything, and the suite runs it
+# about a hundred times. A zygote imports pgscope once; each call is a fork of it that becomes
+# `python -m pgscope ARGS`: its own process, environment, working directory, stdin /dev/null,
+# stdout and stderr to files, its exit status as the interpreter's. PGSCOPE_TEST_ZYGOTE=0
+# runs `python -m pgscope` instead.
+ZYGOTE = r"""
+import ctypes, json, os, pkgutil, importlib, runpy, signal, sys, tempfile
+ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # gone with the test session
+import pgscope
+for found in pkgutil.walk_packages(pgscope.__path__, "pgscope.", onerror=lambda name: None):
+    if not found.name.endswith("__main__"):
+        try:
+            importlib.import_module(found.name)
+        except Exception:
+            pass  # the fork imports it again, and fails as `python -m pgscope` would
+
+def become(request, replies):
+    replies.close()
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    for fd, path in ((1, request["out"]), (2, request["err"])):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+    os.closerange(3, 256)
+    sys.stdin = open(0, closefd=False)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None
+    sys.argv = ["-m", *request["args"]]
+    runpy.run_module("pgscope", run_name="__main__", alter_sys=True)  # raises SystemExit
+
+replies = os.fdopen(os.dup(1), "w", buffering=1)
+for line in sys.stdin:
+    request = json.loads(line)
+    child = os.fork()
+    if child == 0:
+        become(request, replies)
+        sys.exit(0)
+    replies.write(f"{child}\n")
+    replies.write(f"{os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])}\n")
+"""
+
+
+class Zygote:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        self.pending = b""
+
+    def _line(self, deadline: float | None) -> str | None:
+        assert self.proc.stdout is not None
+        while b"\n" not in self.pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                raise RuntimeError(f"the CLI zygote exited ({self.proc.wait()})")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode()
+
+    def run(
+        self, args: list[str], env: dict[str, str], cwd: Path | None, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        assert self.proc.stdin is not None
+        with tempfile.TemporaryDirectory(prefix="cli-") as tmp:
+            out, err = Path(tmp, "out"), Path(tmp, "err")
+            request = {"args": args, "env": env, "cwd": str(cwd or Path.cwd())}
+            self.proc.stdin.write(
+                json.dumps({**request, "out": str(out), "err": str(err)}).encode()
+            )
+            self.proc.stdin.write(b"\n")
+            self.proc.stdin.flush()
+            pid = int(self._line(None) or 0)
+            code = self._line(time.monotonic() + timeout)
+            argv = [sys.executable, "-m", "pgscope", *args]
+            if code is None:
+                os.kill(pid, signal.SIGKILL)
+                self._line(None)
+                raise subprocess.TimeoutExpired(argv, timeout, _read(out), _read(err))
+            return subprocess.CompletedProcess(argv, int(code), _read(out), _read(err))
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _read(path: Path) -> str:
+    with path.open(encoding=locale.getpreferredencoding(False)) as f:  # as text=True reads
+        return f.read()
+
+
+_zygote: Zygote | None = None
 
 
 def pgscope(
     *args: str, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in a subprocess, as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "pgscope", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-    )
+    """Run the real CLI in a process of its own, as a user would."""
+    global _zygote
+    full_env = {**os.environ, **(env or {})}
+    if os.environ.get("PGSCOPE_TEST_ZYGOTE") == "0":
+        return subprocess.run(
+            [sys.executable, "-m", "pgscope", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            cwd=cwd,
+        )
+    if _zygote is None or _zygote.proc.poll() is not None:
+        _zygote = Zygote()
+    return _zygote.run(list(args), full_env, cwd, timeout)
 
 
 def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -126,7 +310,7 @@ def server_processes() -> set[int]:
     pids = set()
     for environ in Path("/proc").glob("[0-9]*/environ"):
         pid = int(environ.parent.name)
-        if pid == os.getpid():
+        if pid == os.getpid() or (_zygote is not None and pid == _zygote.proc.pid):
             continue
         try:
             if needle in environ.read_bytes():
@@ -152,6 +336,8 @@ def describe(pids: set[int]) -> list[str]:
 def no_leftovers() -> Iterator[None]:
     """After the whole suite: no process and no cluster directory that the suite made."""
     yield
+    if _zygote is not None:
+        _zygote.stop()
     deadline = time.monotonic() + 15
     while True:
         left_procs = server_processes()
@@ -186,6 +372,34 @@ def shared_cluster(
         pg, server_account(None), log, {**benchmark_defaults(16), **SMALL_SERVER}
     ) as running:
         yield running
+
+
+# The session's reference run, for the tests that only read a run (the JSON document, the
+# store, `runs`, `report` in its formats, the report of a run whose tracers could not run):
+# select-only at scale 2, 3 client counts x 2 repeats of 1 + 2 s, asking for the usdt and perf
+# collectors with neither bpftrace nor perf on PATH. No tracer runs: their start-up would
+# delay the first transaction, which the step-window checks time.
+REFERENCE_RUN = [
+    *("run", "scaling", "--clients", "1,2,3", "--repeats", "2"),
+    *("--duration", "2", "--warmup", "1", "--set", "shared_buffers=128MB", "--scale", "2"),
+    *("--collectors", "activity,usdt,perf", "--json"),
+]
+
+
+@pytest.fixture(scope="session")
+def reference_run(
+    pg: PgBinaries, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Any]]:
+    """The reference run's folder (alone in its results folder) and its JSON document. Its
+    readers may add files to the folder (a re-rendered report), never change what was
+    measured."""
+    results = tmp_path_factory.mktemp("reference")
+    # Only the venv's and PostgreSQL's programs (not /bin either: it links to /usr/bin here).
+    path = f"{Path(sys.executable).parent}:{pg.bindir}"
+    result = pgscope(*REFERENCE_RUN, "--results-dir", str(results), env={"PATH": path})
+    assert result.returncode == 0, result.stderr[-3000:]
+    document: dict[str, Any] = json.loads(result.stdout)
+    return Path(document["run_dir"]), document
 
 
 FACTS = DATA / "facts"

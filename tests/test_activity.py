@@ -20,6 +20,8 @@ from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.conftest import SMALL_SERVER, one_line_error, pgscope
 
+pytestmark = pytest.mark.server
+
 PGWS = {
     "shared_preload_libraries": "pg_wait_sampling",
     "pg_wait_sampling.history_period": "10",

@@ -124,6 +124,7 @@ def test_collectors() -> Iterator[None]:
         known.pop(cls.name)
 
 
+@pytest.mark.server
 def test_a_run_survives_absent_and_crashing_collectors(
     test_collectors: None, tmp_path: Path
 ) -> None:

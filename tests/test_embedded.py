@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -11,6 +13,7 @@ import pytest
 
 from pgscope.errors import EnvironmentProblem, SpecError, TargetError
 from pgscope.proc import RunAs, child_pids, server_account
+from pgscope.target import embedded
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults, wait_for_exit
 from pgscope.target.pgbin import PgBinaries, find_binaries
 from tests.conftest import SMALL_SERVER
@@ -68,6 +71,7 @@ def test_validation_uses_the_servers_parser(cluster: EmbeddedCluster) -> None:
         ).fetchone() == (0,)
 
 
+@pytest.mark.server
 def test_teardown_after_postmaster_was_killed(pg: PgBinaries, tmp_path: Path) -> None:
     cluster = EmbeddedCluster(
         pg, server_account(None), tmp_path / "log", {**benchmark_defaults(4), **SMALL_SERVER}
@@ -90,6 +94,7 @@ def test_teardown_after_postmaster_was_killed(pg: PgBinaries, tmp_path: Path) ->
     cluster.teardown()  # idempotent
 
 
+@pytest.mark.server
 def test_start_failure_names_the_server_error(pg: PgBinaries, tmp_path: Path) -> None:
     cluster = EmbeddedCluster(
         pg, server_account(None), tmp_path / "log", {**SMALL_SERVER, "shared_buffers": "lots"}
@@ -142,3 +147,74 @@ def test_pinning_reaches_existing_and_later_backends(cluster: EmbeddedCluster) -
         assert row is not None and allowed_cpus(int(row[0])) == str(first)
     cluster.pin(None)
     assert allowed_cpus(pid) == every
+
+
+@pytest.mark.server
+def test_clusters_are_copies_of_one_initdb_never_the_same_directory(
+    pg: PgBinaries, tmp_path: Path
+) -> None:
+    account = server_account(None)
+    first = EmbeddedCluster(
+        pg, account, tmp_path / "1.log", {**benchmark_defaults(4), **SMALL_SERVER}
+    )
+    with first, first.sibling(tmp_path / "2.log") as second:
+        assert first.initialised_by == second.initialised_by == "template"
+        assert first.data_dir != second.data_dir
+        for cluster in (first, second):
+            mode = cluster.data_dir.stat().st_mode & 0o777
+            assert mode == 0o700, oct(mode)
+            owners = {p.lstat().st_uid for p in [cluster.data_dir, *cluster.data_dir.rglob("*")]}
+            assert owners == {account.uid}, "the server's account owns every file"
+        with first.connect() as conn:
+            conn.execute("CREATE TABLE only_in_the_first (id int)")
+        with second.connect() as conn:
+            row = conn.execute("SELECT to_regclass('only_in_the_first')").fetchone()
+            assert row == (None,), "a copy, not a shared directory"
+    template = Path(os.environ[embedded.TEMPLATES_ENV]) / embedded.template_key(pg, account)
+    assert (template / "data" / "PG_VERSION").is_file()
+    assert not (template / "data" / "postmaster.pid").exists(), "a template never runs"
+
+
+@pytest.mark.server
+def test_a_process_without_a_shared_template_makes_its_own_and_removes_it(
+    pg: PgBinaries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(embedded.TEMPLATES_ENV)
+    monkeypatch.setattr(embedded, "_templates", {})
+    monkeypatch.setattr(embedded, "_process_base", None)
+    work = Path(tempfile.mkdtemp(prefix="own-template-"))  # in TMPDIR, which the server reaches
+    work.chmod(0o755)
+    settings = {**benchmark_defaults(4), **SMALL_SERVER}
+    one = EmbeddedCluster(pg, server_account(None), tmp_path / "1.log", settings, work)
+    try:
+        with one, one.sibling(tmp_path / "2.log") as two:
+            assert one.initialised_by == two.initialised_by == "template"
+            [base] = work.glob("pgscope-template-*")
+            assert len(list(base.glob("initdb-*/data"))) == 1, "one initdb for both"
+            assert show(two, "shared_buffers") == "128MB"
+    finally:
+        shutil.rmtree(work)  # the template too, as this process's exit would (atexit)
+
+
+@pytest.mark.server
+def test_where_no_template_can_be_made_the_cluster_runs_initdb(
+    pg: PgBinaries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv(embedded.TEMPLATES_ENV, str(blocked))
+    monkeypatch.setattr(embedded, "_templates", {})
+    settings = {**benchmark_defaults(4), **SMALL_SERVER}
+    with EmbeddedCluster(pg, server_account(None), tmp_path / "log", settings) as cluster:
+        assert cluster.initialised_by == "initdb"
+        assert show(cluster, "shared_buffers") == "128MB"
+
+
+def test_the_no_server_guard_refuses_to_start_a_cluster(
+    pg: PgBinaries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(embedded.NO_SERVER_ENV, "this test checks the guard")
+    cluster = EmbeddedCluster(pg, server_account(None), tmp_path / "log")
+    with pytest.raises(embedded.ServerForbidden, match="this test checks the guard"):
+        cluster.start()
+    assert cluster.root is None, "refused before any directory was made"

@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import diagnosis, pgscope, run_doc, top_finding
 from tests.plant import cold_page_cache
 
+pytestmark = [pytest.mark.server, pytest.mark.load]
+
 COMMON = """
 duration = 3
 warmup = 1

@@ -92,6 +92,7 @@ def render_in_chromium(page_path: Path) -> dict[str, object]:
     return seen
 
 
+@pytest.mark.tracing
 @needs_profiling
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed")
 def test_profile_command_writes_folded_speedscope_and_a_flame_graph(

@@ -45,6 +45,7 @@ def test_split_clients_is_even() -> None:
     assert sum(split_clients(7, 4)) == 7
 
 
+@pytest.mark.server
 def test_two_instances_split_the_load_and_are_torn_down(tmp_path: Path) -> None:
     spec = tmp_path / "instances.toml"
     spec.write_text(SPEC)
@@ -83,6 +84,7 @@ def test_too_few_clients_for_the_instances(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.server
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 usable CPUs")
 def test_pinned_variants_record_their_cpus(tmp_path: Path) -> None:
     spec = tmp_path / "cpus.toml"
@@ -112,6 +114,7 @@ def test_pinning_more_cpus_than_the_host_has_is_refused(tmp_path: Path) -> None:
     assert "pins the server to 999 CPUs but this host lets pgscope use" in one_line_error(result)
 
 
+@pytest.mark.server
 def test_ctrl_c_with_two_instances_running_leaves_nothing(tmp_path: Path) -> None:
     """Issue 6, item 3: the second cluster a variant starts is gone after Ctrl-C too."""
     spec = tmp_path / "instances.toml"

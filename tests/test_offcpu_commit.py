@@ -18,10 +18,14 @@ from pgscope.analyze.profile import Profile, load_profile, recordings
 from pgscope.store import RunStore
 from tests.conftest import pgscope
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("bpftrace") is None,
-    reason="off-CPU tracing needs root and bpftrace (apt-get install bpftrace)",
-)
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.tracing,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("bpftrace") is None,
+        reason="off-CPU tracing needs root and bpftrace (apt-get install bpftrace)",
+    ),
+]
 
 
 def share_under(profile: Profile, function: str) -> float:

@@ -203,6 +203,7 @@ def test_wait_sites_and_folded_text() -> None:
     assert sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines()) == p.total
 
 
+@pytest.mark.tracing
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("perf") is None, reason="needs root and perf")
 def test_folding_real_perf_output_keeps_every_sample(tmp_path: Path) -> None:
     """A real recording of a busy shell loop: perf's own sample count equals the folded one."""

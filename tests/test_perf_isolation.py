@@ -30,10 +30,15 @@ from tests.test_flame_profile_cli import pgbench_argv
 
 FORK = re.compile(r"PERF_RECORD_FORK\((?P<child>\d+):\d+\):\((?P<parent>\d+):\d+\)")
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("perf") is None or shutil.which("bpftrace") is None,
-    reason="profiles need root, perf and bpftrace",
-)
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.tracing,
+    pytest.mark.load,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("perf") is None or shutil.which("bpftrace") is None,
+        reason="profiles need root, perf and bpftrace",
+    ),
+]
 
 
 class TreeWatcher:

@@ -27,6 +27,7 @@ SITE = (
     / "site-packages"
 )
 SYSTEM_PYTHON = Path("/usr/bin/python3")
+pytestmark = pytest.mark.server  # each test starts a server, as a user without the tools
 SHORT_RUN = ("--clients", "1", "--duration", "1", "--warmup", "0", "--repeats", "1", "--scale", "1")
 
 

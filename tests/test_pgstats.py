@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from pgscope.analyze import pgstats
 from tests.conftest import one_line_error, pgscope
@@ -25,6 +26,7 @@ pgstats = {}
 """
 
 
+@pytest.mark.server
 def test_counters_per_step_and_a_checkpoint_action(tmp_path: Path) -> None:
     spec = tmp_path / "ckpt.toml"
     spec.write_text(SPEC)

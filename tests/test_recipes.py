@@ -24,6 +24,7 @@ from pgscope.store import RunStore
 from tests.conftest import diagnosis, pgscope, run_doc, top_finding
 from tests.plant import slow_writes, slow_writes_unavailable
 
+pytestmark = [pytest.mark.server, pytest.mark.load]
 SHRINK = ["--quick", "--warmup", "1", "--repeats", "1"]
 
 
@@ -80,6 +81,7 @@ def test_logging_writes_logs_in_proportion_to_what_it_logs(logging_run: dict[str
     assert all(c["baseline"] == "none" for c in compared.values())
 
 
+@pytest.mark.tracing
 @pytest.mark.skipif(os.geteuid() != 0, reason="the CPU profile (perf) needs root")
 def test_the_logging_recipe_names_statement_logging(logging_run: dict[str, Any]) -> None:
     diag = diagnosis(logging_run, "logging", "statement-logging-volume")
@@ -105,6 +107,7 @@ LOGGING_PATH = {
 }
 
 
+@pytest.mark.tracing
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("perf") is None,
     reason="perf profiles need root and perf (apt-get install linux-perf)",

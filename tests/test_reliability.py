@@ -44,6 +44,7 @@ def query(run_dir: Path, sql: str) -> list[tuple[object, ...]]:
         db.close()
 
 
+@pytest.mark.server
 def test_sigterm_during_initialisation_stops_everything(tmp_path: Path) -> None:
     before = server_processes()
     proc = start(
@@ -75,6 +76,8 @@ def test_sigterm_during_initialisation_stops_everything(tmp_path: Path) -> None:
     assert (run_dir / "report.html").is_file(), "an interrupted run still gets its report"
 
 
+@pytest.mark.server
+@pytest.mark.tracing
 @pytest.mark.skipif(not CAN_TRACE, reason="needs root, bpftrace and perf")
 def test_sigint_mid_step_with_tracers_running_stops_them_all(tmp_path: Path) -> None:
     before = server_processes()
@@ -112,6 +115,7 @@ def test_sigint_mid_step_with_tracers_running_stops_them_all(tmp_path: Path) -> 
     assert query(run_dir, "SELECT count(*) FROM timeline")[0][0] > 0, "rows measured are kept"
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("moment", ["stopping the embedded cluster", "report: "])
 def test_sigint_during_teardown_or_after_it_keeps_the_run(tmp_path: Path, moment: str) -> None:
     """The last moments of a run: while the cluster stops (before the report is written), or
@@ -140,6 +144,7 @@ def test_sigint_during_teardown_or_after_it_keeps_the_run(tmp_path: Path, moment
     assert report.returncode == 0, report.stderr
 
 
+@pytest.mark.server
 def test_a_killed_server_fails_its_step_then_the_run_goes_on(tmp_path: Path) -> None:
     proc = start(
         [
@@ -185,6 +190,8 @@ def test_a_killed_server_fails_its_step_then_the_run_goes_on(tmp_path: Path) -> 
     assert message.startswith("pgscope: error: 1 of 3 steps failed (first: step 2, ")
 
 
+@pytest.mark.server
+@pytest.mark.tracing
 @pytest.mark.skipif(not CAN_TRACE, reason="needs root and bpftrace")
 def test_a_killed_tracer_leaves_a_recorded_gap_and_the_run_goes_on(tmp_path: Path) -> None:
     before = server_processes()
@@ -261,6 +268,7 @@ def test_a_nearly_full_results_disk_is_refused_before_starting(small_disk: Path)
     assert not (small_disk / "results").exists() or not any((small_disk / "results").iterdir())
 
 
+@pytest.mark.server
 def test_a_disk_that_fills_mid_run_keeps_a_readable_store(small_disk: Path) -> None:
     results = small_disk / "results"
     proc = start(

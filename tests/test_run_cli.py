@@ -18,25 +18,10 @@ SHORT = ["--duration", "2", "--warmup", "1", "--set", "shared_buffers=128MB"]
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    results = tmp_path_factory.mktemp("results")
-    result = pgscope(
-        "run",
-        "scaling",
-        "--clients",
-        "1,2,3",
-        "--repeats",
-        "2",
-        *SHORT,
-        "--scale",
-        "2",
-        "--json",
-        "--results-dir",
-        str(results),
-    )
-    assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
-    return Path(document["run_dir"]), document
+def finished_run(reference_run: tuple[Path, dict]) -> tuple[Path, dict]:
+    """The session's reference run (tests/conftest.py): `pgscope run scaling --clients 1,2,3
+    --repeats 2`, SHORT's timing and settings, at scale 2."""
+    return reference_run
 
 
 def test_json_document_has_steps_percentiles_cis_and_fit(finished_run: tuple[Path, dict]) -> None:
@@ -155,6 +140,7 @@ def _wait_for_steps(proc: subprocess.Popen[str], count: int, timeout: float) -> 
     raise AssertionError(f"did not see {count} finished steps: {lines}")
 
 
+@pytest.mark.server
 @pytest.mark.parametrize(
     ("sig", "code", "name"), [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")]
 )

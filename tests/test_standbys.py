@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from tests.conftest import one_line_error, pgscope
 
@@ -30,6 +31,7 @@ pgstats = {}
 """
 
 
+@pytest.mark.server
 def test_a_syncrep_run_with_two_standbys(tmp_path: Path) -> None:
     (tmp_path / "schema.sql").write_text(
         "create table test(id serial primary key, info text, crt_time timestamp);\n"
@@ -86,6 +88,7 @@ def test_standbys_are_refused_on_a_users_server(tmp_path: Path) -> None:
     assert "standbys are started by pgscope" in one_line_error(result)
 
 
+@pytest.mark.server
 def test_ctrl_c_with_standbys_running_leaves_nothing(tmp_path: Path) -> None:
     import signal
     import subprocess

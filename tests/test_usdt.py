@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pytest
@@ -31,9 +31,15 @@ from tests.conftest import SMALL_SERVER, one_line_error, pgscope, wait_for_line
 
 _ENV = CollectorEnv(find_binaries(), "embedded", None, os.geteuid() == 0)
 _AVAILABLE = UsdtCollector.check(_ENV)
-needs_tracing = pytest.mark.skipif(
+_SKIP = pytest.mark.skipif(
     not _AVAILABLE.ok, reason=f"usdt tracing is unavailable here: {_AVAILABLE.reason}"
 )
+T = TypeVar("T")
+
+
+def needs_tracing(test: T) -> T:
+    """Marked `tracing`, and skipped where usdt tracing is unavailable."""
+    return pytest.mark.tracing(_SKIP(test))
 
 
 def pgbench(pg: PgBinaries, cluster: EmbeddedCluster, *args: str) -> list[str]:
@@ -103,7 +109,7 @@ def other_cluster(pg: PgBinaries, tmp_path: Path) -> Iterator[EmbeddedCluster]:
 # -- It must show (1): LWLock waits under a tpcb-like load ------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.load
 @needs_tracing
 def test_trace_lwlock_lists_tranches_whose_histograms_add_up(
     pg: PgBinaries, cluster: EmbeddedCluster, tmp_path: Path

@@ -42,7 +42,7 @@ def test_usdt_is_on_by_default_in_runs() -> None:
 # -- It must show (3): lock waits of a tpcb-like run at scale 1 -------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.load
 @needs_tracing
 def test_a_tpcb_run_shows_lock_waits_on_transactionid_and_tuple(tmp_path: Path) -> None:
     result = run_cli(
@@ -86,7 +86,7 @@ def test_a_tpcb_run_shows_lock_waits_on_transactionid_and_tuple(tmp_path: Path) 
 # -- a restart between variants: the collector re-attaches to the new postmaster ---------------
 
 
-@pytest.mark.slow
+@pytest.mark.load
 @needs_tracing
 def test_the_collector_follows_a_server_restart(tmp_path: Path) -> None:
     loaded = load_spec(
@@ -154,6 +154,7 @@ RUN_ARGS = (
 )  # fmt: skip
 
 
+@pytest.mark.server
 def test_a_run_without_bpftrace_completes_and_says_why(pg: PgBinaries, tmp_path: Path) -> None:
     result = run_cli(
         *RUN_ARGS, "--results-dir", str(tmp_path), env={"PATH": str(pg.bindir)}
@@ -166,6 +167,7 @@ def test_a_run_without_bpftrace_completes_and_says_why(pg: PgBinaries, tmp_path:
     assert "bpftrace is not installed (fix: apt-get install bpftrace)" in str(reason)
 
 
+@pytest.mark.server
 def test_a_run_without_root_completes_and_says_why(tmp_path: Path) -> None:
     """As root, the run happens in a child that becomes the `postgres` account. The child is
     forked after importing what a run needs: this interpreter lives under /root, which that
