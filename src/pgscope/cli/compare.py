@@ -10,13 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from pgscope.cli.app import app, out_console, print_json
+from pgscope.cli.options import JsonFlag
 
 
 @app.command()
 def compare(
     run_a: Annotated[Path, typer.Argument(help="The run to compare against (before).")],
     run_b: Annotated[Path, typer.Argument(help="The run compared (after).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """What changed from RUN_A to RUN_B: throughput per cell (with a 95% interval), the
     model, the wait profile at the highest client count, the top finding, the settings, and

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
 from pgscope.cli.app import app, out_console, print_json
+from pgscope.cli.options import JsonFlag, PgBin
 
 
 @app.command()
 def doctor(
-    pg_bin: Annotated[
-        Path | None, typer.Option("--pg-bin", help="PostgreSQL bin directory.")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    pg_bin: PgBin = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Check what this machine can do: binaries, probes, root, bpftrace, perf, tracefs."""
     from pgscope.doctor import run_checks

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
+from pgscope.cli.options import DataDir, ResultsDir
 from pgscope.cli.run import safe_command_line
 
 
@@ -40,10 +41,7 @@ def _parent(pid: int) -> int | None:
 
 @app.command()
 def profile(
-    data_dir: Annotated[
-        Path | None,
-        typer.Option("--data-dir", help="The server's data directory (it must be running here)."),
-    ] = None,
+    data_dir: DataDir = None,
     pid: Annotated[
         int | None,
         typer.Option(help="Instead of --data-dir: the postmaster's PID (or one of its backends')."),
@@ -58,9 +56,7 @@ def profile(
     hz: Annotated[
         int, typer.Option(help="On-CPU samples per second per CPU.", min=1, max=5000)
     ] = 99,
-    results_dir: Annotated[
-        Path, typer.Option("--results-dir", help="Where the run folder is written.")
-    ] = DEFAULT_RESULTS,
+    results_dir: ResultsDir = DEFAULT_RESULTS,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON summary (top functions, files) on stdout.")
     ] = False,

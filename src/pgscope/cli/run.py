@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
+from pgscope.cli.options import JsonFlag, PgBin, ResultsDir
 from pgscope.errors import Interrupted, RunFailed
 
 
@@ -123,14 +124,7 @@ def run(
             "--allow-writes", help="With --dsn: allow creating tables and write workloads."
         ),
     ] = False,
-    pg_bin: Annotated[
-        Path | None,
-        typer.Option(
-            "--pg-bin",
-            help="PostgreSQL bin directory (default: pg_config, else the newest "
-            "/usr/lib/postgresql/*/bin).",
-        ),
-    ] = None,
+    pg_bin: PgBin = None,
     run_as: Annotated[
         str | None,
         typer.Option(
@@ -145,10 +139,7 @@ def run(
             help="Where the throw-away cluster's directory is created (default: $TMPDIR).",
         ),
     ] = None,
-    results_dir: Annotated[
-        Path,
-        typer.Option("--results-dir", help="Where run folders are written ($PGSCOPE_RESULTS)."),
-    ] = DEFAULT_RESULTS,
+    results_dir: ResultsDir = DEFAULT_RESULTS,
     action: Annotated[
         list[str] | None,
         typer.Option(
@@ -182,10 +173,7 @@ def run(
             "each step; percentiles are stored either way.",
         ),
     ] = False,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="Print one JSON document (schema in docs/json.md) on stdout."),
-    ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Run an experiment: sweep client counts (and variants), store everything, fit USL.
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, out_console, print_json
+from pgscope.cli.options import JsonFlag
 from pgscope.errors import UsageError
 
 
@@ -30,7 +31,7 @@ def runs(
     results_dir: Annotated[
         Path, typer.Option("--results-dir", help="Where run folders are.")
     ] = DEFAULT_RESULTS,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """List the runs in the results folder, newest first."""
     from pgscope.store import list_runs

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -13,6 +12,7 @@ from rich.live import Live
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
+from pgscope.cli.options import ResultsDir
 from pgscope.cli.run import safe_command_line
 
 LIVE_WINDOW_S = 10
@@ -40,9 +40,7 @@ def sample(
         bool,
         typer.Option("--no-pgws", help="Do not read pg_wait_sampling even where it is installed."),
     ] = False,
-    results_dir: Annotated[
-        Path, typer.Option("--results-dir", help="Where the run folder is written.")
-    ] = DEFAULT_RESULTS,
+    results_dir: ResultsDir = DEFAULT_RESULTS,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the profile as JSON (schema in docs/json.md).")
     ] = False,

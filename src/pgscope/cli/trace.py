@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
+from pgscope.cli.options import DataDir, ResultsDir
 from pgscope.cli.run import safe_command_line
 
 if TYPE_CHECKING:
@@ -38,10 +39,7 @@ def trace(
             "checkpoint: each checkpoint's phases; io: smgr latency, hits, WAL, transactions."
         ),
     ],
-    data_dir: Annotated[
-        Path | None,
-        typer.Option("--data-dir", help="The server's data directory (it must run here)."),
-    ] = None,
+    data_dir: DataDir = None,
     dsn: Annotated[
         str | None,
         typer.Option(
@@ -58,9 +56,7 @@ def trace(
             "and release: costly, for short diagnostic traces).",
         ),
     ] = False,
-    results_dir: Annotated[
-        Path, typer.Option("--results-dir", help="Where the run folder is written.")
-    ] = DEFAULT_RESULTS,
+    results_dir: ResultsDir = DEFAULT_RESULTS,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print the result as JSON (docs/collector-usdt.md)."),
