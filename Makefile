@@ -24,6 +24,7 @@ test-fast: setup
 lint: setup
 	.venv/bin/ruff check src tests bench
 	.venv/bin/ruff format --check src tests bench
+	.venv/bin/lint-imports
 
 typecheck: setup
 	.venv/bin/mypy

@@ -158,7 +158,7 @@ def test_row_lock_waits_grow_with_clients_in_a_tpcb_run(tmp_path: Path) -> None:
     def row_lock_share(clients: int) -> float:
         return sum(
             e["share"]
-            for e in by_clients[clients]["profile"]
+            for e in by_clients[clients]["profile"]["entries"]
             if (e["wait_event_type"], e["wait_event"])
             in {("Lock", "transactionid"), ("Lock", "tuple")}
         )
@@ -167,10 +167,10 @@ def test_row_lock_waits_grow_with_clients_in_a_tpcb_run(tmp_path: Path) -> None:
     assert shares[0] < 0.02, "one client cannot wait for another's row lock"
     assert shares[1] < shares[2] < shares[3], shares
     assert shares[3] > 0.4
-    assert by_clients[8]["aas"] > by_clients[1]["aas"] * 4
-    top = doc["waits"]["top_queries"][0]
+    assert by_clients[8]["profile"]["aas"] > by_clients[1]["profile"]["aas"] * 4
+    top = doc["waits"]["queries"][0]
     assert "UPDATE pgbench_" in top["query"] and top["top_wait"].startswith("Lock:")
-    collectors = {c["name"]: c for c in doc["collectors"]}
+    collectors = {c["name"]: c for c in doc["environment"]["collectors"]}
     assert collectors["activity"]["status"] == "complete"
     db = duckdb.connect(str(Path(doc["run_dir"]) / "run.duckdb"), read_only=True)
     try:

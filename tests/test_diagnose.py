@@ -177,7 +177,7 @@ def test_two_causes_as_strong_are_both_named() -> None:
 
 
 def test_lwlock_findings_name_the_tranche_and_its_advice() -> None:
-    made = sheet(**{"wait__lwlock_top": 0.4, "wait__lwlock_top__ProcArray": 0.4})
+    made = sheet(**{"lwlock__top": 0.4, "lwlock__top__ProcArray": 0.4})
     finding = evaluate(next(r for r in RULES if r.id == "lwlock-hotspot"), made, ADVICE)
     assert isinstance(finding, Finding)
     assert finding.title == "LWLock hot spot: ProcArray"

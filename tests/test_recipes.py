@@ -44,7 +44,12 @@ def run_recipe(results: Path, recipe: str, *flags: str) -> dict[str, Any]:
 
 
 def evidence(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["variant"]: e for e in doc["evidence"]}
+    """Each variant's facts at its peak cell, by name (the evidence table is a view of them)."""
+    return {
+        s["variant"]: {name: fact["value"] for name, fact in s["facts"].items()}
+        for s in doc["facts"]
+        if s["variant"] is not None and s["peak"]
+    }
 
 
 def store_rows(doc: dict[str, Any], sql: str) -> list[tuple[Any, ...]]:
@@ -72,11 +77,11 @@ def logging_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_logging_writes_logs_in_proportion_to_what_it_logs(logging_run: dict[str, Any]) -> None:
     by_variant = evidence(logging_run)
     assert set(by_variant) == {"none", "all", "all-duration"}
-    log_rate = {v: e["log_bytes_per_s"] for v, e in by_variant.items()}
+    log_rate = {v: e["log.bytes_per_s"] for v, e in by_variant.items()}
     assert log_rate["none"] is not None and log_rate["none"] < 20_000, log_rate
     assert log_rate["all"] > 200_000, "every statement logged: ~100 bytes per statement"
     assert log_rate["all-duration"] > log_rate["all"] * 0.8, "and a duration line on top"
-    compared = {c["variant"]: c for c in logging_run["comparisons"]}
+    compared = {c["variant"]: c for c in logging_run["variants"]["comparisons"]}
     assert set(compared) == {"all", "all-duration"}
     assert all(c["baseline"] == "none" for c in compared.values())
 
@@ -160,9 +165,9 @@ def test_syncrep_waits_for_the_standby_only_when_told_to(syncrep_run: dict[str, 
     by_variant = evidence(syncrep_run)
     assert set(by_variant) == {"off", "local", "remote_write", "on", "remote_apply", "batched"}
     for variant in ("remote_write", "on", "remote_apply", "batched"):
-        assert by_variant[variant]["syncrep_share"] > 0.05, (variant, by_variant[variant])
+        assert by_variant[variant]["wait.syncrep"] > 0.05, (variant, by_variant[variant])
     for variant in ("off", "local"):
-        assert by_variant[variant]["syncrep_share"] == 0, (variant, by_variant[variant])
+        assert by_variant[variant]["wait.syncrep"] == 0, (variant, by_variant[variant])
     assert by_variant["batched"]["rows_per_commit"] == pytest.approx(10, rel=0.1)
     assert by_variant["on"]["rows_per_commit"] == pytest.approx(1, rel=0.1)
     standbys = store_rows(syncrep_run, "SELECT detail FROM events WHERE kind = 'standbys'")
@@ -202,7 +207,8 @@ def checkpoint_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "checkpoint",
             *("--clients", "2", "--warmup", "3", "--duration", "33"),
             *("--init-sql", str(schema), "--set", f"pgscope.define.rows={CHECKPOINT_ROWS}"),
-            *("--collectors", "activity,pgstats,host"),
+            # usdt where it can run: the checkpoint's phases (write, sync) are evidence too.
+            *("--collectors", "activity,pgstats,host,usdt"),
         )
     doc["planted"] = why_not is None
     doc["why_not_planted"] = why_not
@@ -212,8 +218,8 @@ def checkpoint_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_checkpoint_shows_full_page_images_only_with_full_page_writes(
     checkpoint_run: dict[str, Any],
 ) -> None:
-    dips = {d["variant"]: d for d in checkpoint_run["dips"]}
-    assert set(dips) == {"fpw-on", "fpw-off"}, checkpoint_run["dips"]
+    dips = {d["variant"]: d for d in checkpoint_run["timeline"]["dips"]}
+    assert set(dips) == {"fpw-on", "fpw-off"}, checkpoint_run["timeline"]["dips"]
     assert all(d["action"] == "checkpoint (time)" for d in dips.values()), dips
     assert dips["fpw-off"]["fpi_per_s_after"] == 0, "no full-page images without them"
     on = dips["fpw-on"]
@@ -223,14 +229,14 @@ def test_checkpoint_shows_full_page_images_only_with_full_page_writes(
     # Each full-page image adds a page (minus its hole) to the WAL: the extra WAL per
     # transaction must account for at least 2 kB per image, whatever the tps was.
     by_variant = evidence(checkpoint_run)
-    extra = by_variant["fpw-on"]["wal_bytes_per_xact"] - by_variant["fpw-off"]["wal_bytes_per_xact"]
-    assert extra > 2000 * by_variant["fpw-on"]["fpi_per_xact"] > 0, by_variant
+    extra = by_variant["fpw-on"]["wal.bytes_per_xact"] - by_variant["fpw-off"]["wal.bytes_per_xact"]
+    assert extra > 2000 * by_variant["fpw-on"]["wal.fpi_per_xact"] > 0, by_variant
 
 
 def test_the_checkpoint_recipe_names_full_page_images(checkpoint_run: dict[str, Any]) -> None:
     if not checkpoint_run["planted"]:
         pytest.skip(f"no slow disk to plant: {checkpoint_run['why_not_planted']}")
-    dips = {d["variant"]: d for d in checkpoint_run["dips"]}
+    dips = {d["variant"]: d for d in checkpoint_run["timeline"]["dips"]}
     assert dips["fpw-on"]["excess_pct"] > 30, dips["fpw-on"]
     assert dips["fpw-off"]["excess_pct"] < 10, "the spread checkpoint's own writes are no dip"
     diag = diagnosis(checkpoint_run, "checkpoint", "checkpoint-fpi")
@@ -258,7 +264,7 @@ def test_cpus_sweeps_cores_and_instances(cpus_run: dict[str, Any]) -> None:
     assert variants == {"instances-2"} | {f"cpus-{k}" for k in range(1, min(cores, 8) + 1)} | {
         f"cpus-{cores}"
     }
-    compared = {c["variant"] for c in cpus_run["comparisons"]}
+    compared = {c["variant"] for c in cpus_run["variants"]["comparisons"]}
     assert compared == variants - {"cpus-1"}, "everything is compared with one core"
     pins = store_rows(cpus_run, "SELECT count(*) FROM events WHERE kind = 'pin'")[0][0]
     split = store_rows(cpus_run, "SELECT count(DISTINCT instance) FROM step_instances")

@@ -231,7 +231,7 @@ def test_a_killed_tracer_leaves_a_recorded_gap_and_the_run_goes_on(tmp_path: Pat
     assert all(s["status"] == "ok" for s in doc["steps"]), "the load was not disturbed"
     usdt = next(c for c in doc["collectors"] if c["name"] == "usdt")
     assert usdt["status"] == "failed" and usdt["error"]
-    gaps = [g for g in doc["collector_gaps"] if g["name"] == "usdt"]
+    gaps = [g for g in doc["environment"]["gaps"] if g["name"] == "usdt"]
     assert gaps and gaps[0]["end_us"] > gaps[0]["start_us"]
     html = (Path(doc["run_dir"]) / "report.html").read_text()
     assert "Gaps" in html and "stopped collecting" in html

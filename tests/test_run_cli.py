@@ -42,12 +42,12 @@ def test_json_document_has_steps_percentiles_cis_and_fit(finished_run: tuple[Pat
         assert step["tps"] > 0
         lat = step["latency_ms"]
         assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] <= lat["max"]
-    for cell in doc["summary"]:
+    for cell in doc["scalability"]["cells"]:
         lo, hi = cell["tps_ci95"]
-        assert lo <= cell["tps"] <= hi and cell["repeats"] == 2
-    usl = doc["usl"]
-    assert set(usl) >= {"lambda", "sigma", "kappa", "n_star", "x_max"}
-    assert usl["lambda"] > 0 and usl["sigma"] >= 0 and usl["kappa"] >= 0
+        assert lo <= cell["tps_mean"] <= hi and cell["repeats"] == 2
+    usl = doc["scalability"]["fits"]["base"]
+    assert set(usl) >= {"lam", "sigma", "kappa", "n_star", "x_max"}
+    assert usl["lam"] > 0 and usl["sigma"] >= 0 and usl["kappa"] >= 0
     assert any("fewer than 6" in w for w in usl["warnings"])
     assert "PostgreSQL 15" in doc["target"]["server_version"]
     assert (run_dir / "summary.json").is_file() and (run_dir / "summary.txt").is_file()
@@ -94,7 +94,10 @@ def test_runs_lists_it_and_report_rerenders_it(finished_run: tuple[Path, dict]) 
     again = pgscope("report", str(run_dir), "--format", "json")
     assert again.returncode == 0, again.stderr
     redone = json.loads(again.stdout)
-    assert redone["steps"] == doc["steps"] and redone["usl"]["lambda"] == doc["usl"]["lambda"]
+    assert redone["steps"] == doc["steps"]
+    assert redone["scalability"]["cells"] == doc["scalability"]["cells"]
+    fits = redone["scalability"]["fits"]["base"], doc["scalability"]["fits"]["base"]
+    assert fits[0]["lam"] == fits[1]["lam"]
     text = pgscope("report", str(run_dir))
     assert "variant base" in text.stdout and "model:" in text.stdout
 

@@ -81,6 +81,25 @@ def test_a_tpcb_run_shows_lock_waits_on_transactionid_and_tuple(tmp_path: Path) 
         assert all(c.start_us < step.start_us for c in traced)
     finally:
         db.close()
+    # The LWLock and lock facts come from these kernel-side histograms: the cell's traced
+    # wait time over the clients' session time (no activity sampling in this run).
+    doc = json.loads(result.stdout)
+    (cell,) = doc["locks"]["by_cell"]
+    facts = next(s["facts"] for s in doc["facts"] if s["clients"] == 8)
+    session_ns = 8 * cell["seconds"] * 1e9
+    for prefix, key in (("lwlock", "lwlocks"), ("lock", "lock_waits")):
+        traced_ns = sum(s["total_ns"] for s in cell[key])
+        share = facts[f"{prefix}.traced_share"]
+        assert share["source"] == "usdt" and "clients' session time" in share["label"], share
+        assert share["value"] == pytest.approx(min(1.0, traced_ns / session_ns), rel=1e-9)
+    assert facts["lock.share.transactionid"]["value"] > 0
+    top = facts["lwlock.top"]
+    assert top["source"] == "usdt" and "traced in the kernel" in top["label"], top
+    tranche = next(n for n in facts if n.startswith("lwlock.top.")).rsplit(".", 1)[-1]
+    assert top["value"] == facts[f"lwlock.share.{tranche}"]["value"]
+    for finding in doc["findings"]:
+        if finding["id"] == "lwlock-hotspot":
+            assert finding["evidence"][0]["source"] == "usdt", finding
 
 
 # -- a restart between variants: the collector re-attaches to the new postmaster ---------------
