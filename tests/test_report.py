@@ -3,6 +3,7 @@ a report says what is missing and why; a bad store is a one-line error."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -132,6 +133,51 @@ def test_every_section_renders_and_every_chart_has_data(sweep: Path) -> None:
     assert (sweep / "report.png").stat().st_size > 50_000
 
 
+# The JSON document's key for each section of the report (docs/json.md).
+JSON_SECTIONS = (
+    "verdict",
+    "findings",
+    "diagnosis",
+    "scalability",
+    "waits",
+    "timeline",
+    "locks",
+    "checkpoints",
+    "cpu",
+    "variants",
+    "environment",
+)
+
+
+def test_the_html_renders_from_the_json_alone(
+    sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """summary.json carries every section the HTML shows: the report rendered from that file,
+    with no store in reach and any attempt to open one failing, is the run's own report."""
+    from pgscope.analyze.model import read_document
+    from pgscope.collect import offered
+    from pgscope.render.html import report_html
+
+    doc = json.loads((sweep / "summary.json").read_text())
+    assert set(JSON_SECTIONS) <= set(doc), set(JSON_SECTIONS) - set(doc)
+    assert doc["scalability"]["cells"] and doc["timeline"]["series"]["tps"]
+    if CAN_TRACE:
+        assert doc["locks"]["traced"] and doc["locks"]["lwlocks"]
+        assert doc["checkpoints"]["items"], "the mid-step CHECKPOINT was traced"
+        assert doc["cpu"]["flames"] and doc["cpu"]["profiles"]
+    alone = tmp_path / "elsewhere" / "summary.json"
+    alone.parent.mkdir()
+    shutil.copy(sweep / "summary.json", alone)
+    offers = offered()
+
+    def no_store(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the renderer tried to open a store")
+
+    monkeypatch.setattr(duckdb, "connect", no_store)
+    html = report_html(read_document(alone), offers)
+    assert html == (sweep / "report.html").read_text()
+
+
 def test_report_text_and_json_come_from_the_same_analysis(sweep: Path) -> None:
     as_json = pgscope("report", str(sweep), "--format", "json")
     assert as_json.returncode == 0, as_json.stderr
@@ -183,3 +229,25 @@ def test_a_missing_foreign_or_corrupt_store_is_a_one_line_error(tmp_path: Path) 
     result = pgscope("report", str(corrupt))
     assert result.returncode == 3
     assert "cannot open the run store" in one_line_error(result)
+
+
+def test_a_store_of_another_database_is_refused_without_fetching_anything(
+    tmp_path: Path,
+) -> None:
+    """A SQLite file named run.duckdb: DuckDB would reach for its sqlite extension (and by
+    default download it); the store's connections never install or load one."""
+    import sqlite3
+
+    from pgscope.duck import connect
+
+    folder = tmp_path / "sqlite"
+    folder.mkdir()
+    with contextlib.closing(sqlite3.connect(folder / "run.duckdb")) as db:
+        db.execute("CREATE TABLE run (run_id TEXT)")
+        db.commit()
+    result = pgscope("report", str(folder))
+    assert result.returncode == 3
+    assert "is not a pgscope run store (not a DuckDB file)" in one_line_error(result)
+    with contextlib.closing(connect()) as db:
+        for setting in ("autoinstall_known_extensions", "autoload_known_extensions"):
+            assert db.execute(f"SELECT current_setting('{setting}')").fetchone() == (False,)

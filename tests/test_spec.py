@@ -163,3 +163,17 @@ def test_plan_interleaves_every_cell_once_per_repeat_block(tmp_path: Path) -> No
     assert [s.clients for s in sequential[:4]] == [1, 2, 3, 4]
     assert effective_settings(spec, "b") == {"work_mem": "64MB", "jit": "off"}
     assert effective_settings(spec, "a") == {"work_mem": "4MB"}
+
+
+@pytest.mark.parametrize("name", ["../../../tmp/x", ".hidden", "a/b", "", "x" * 65, "a b"])
+def test_a_spec_name_never_reaches_outside_the_results_folder(tmp_path: Path, name: str) -> None:
+    spec = tmp_path / "escape.toml"
+    spec.write_text(f'name = "{name}"\n')
+    with pytest.raises(SpecError, match="name"):
+        load_spec(str(spec))
+
+
+def test_a_file_name_that_is_no_word_still_names_its_run(tmp_path: Path) -> None:
+    spec = tmp_path / "my first test.toml"
+    spec.write_text("clients = [1]\n")
+    assert load_spec(str(spec)).spec.name == "my-first-test"

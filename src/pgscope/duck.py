@@ -8,6 +8,15 @@ from typing import Any, Protocol
 
 import duckdb
 
+# No extension is ever installed or loaded behind our back: a run store is a DuckDB file, and a
+# file of another kind (SQLite, say) must be an error, not a download from the internet.
+CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+
+
+def connect(path: str = ":memory:", *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that never fetches nor loads an extension on its own."""
+    return duckdb.connect(path, read_only=read_only, config=dict(CONFIG))
+
 
 def table_exists(db: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Collectors create their tables when they start: a run without one has none."""

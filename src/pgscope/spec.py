@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +26,9 @@ from pydantic import (
 )
 
 from pgscope.errors import EnvironmentProblem, InputFileError, SpecError
+
+# A spec's name: part of its run folder's name, so never a path.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 
 BUILTIN_WORKLOADS = ("select-only", "tpcb-like", "simple-update")
 # Builtins that modify data: refused on a user's server without --allow-writes.
@@ -138,6 +142,17 @@ class Spec(BaseModel):
                 raise ValueError("needs at least one client count")
             if len(set(value)) != len(value):
                 raise ValueError("client counts must be distinct")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_word(cls, value: str) -> str:
+        # The name becomes part of the run folder's name: it must never reach outside it.
+        if not NAME_PATTERN.fullmatch(value):
+            raise ValueError(
+                f"name {value!r} must be a simple word of up to 64 letters, digits, '.', '_' or "
+                f"'-', not starting with '.'"
+            )
         return value
 
     @field_validator("variants")
@@ -359,7 +374,8 @@ def load_spec(
     if extra_settings:
         base = raw.get("settings", {})
         raw["settings"] = {**(base if isinstance(base, dict) else {}), **extra_settings}
-    raw.setdefault("name", path.stem)
+    # A file name is not a spec's word: "my test.toml" runs as "my-test".
+    raw.setdefault("name", re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).lstrip(".")[:64] or "custom")
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as exc:

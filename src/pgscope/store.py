@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from pgscope.duck import table_exists
+from pgscope.duck import connect, table_exists
 from pgscope.errors import EnvironmentProblem, InputFileError
 
 __all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
@@ -192,7 +192,7 @@ class RunStore:
     def create(cls, run_dir: Path, meta: RunMeta) -> RunStore:
         try:
             run_dir.mkdir(parents=True, exist_ok=False)
-            db = duckdb.connect(str(run_dir / STORE_FILE))
+            db = connect(str(run_dir / STORE_FILE))
         except OSError as exc:
             raise EnvironmentProblem(
                 f"cannot create run folder {run_dir}: {exc.strerror}"
@@ -228,12 +228,15 @@ class RunStore:
         if not path.is_file():
             raise InputFileError(f"{run_dir}: not a pgscope run folder (no {STORE_FILE})")
         try:
-            db = duckdb.connect(str(path), read_only=True)
-        except duckdb.IOException as exc:
-            if "lock" in str(exc).lower():
-                raise InputFileError(f"{run_dir}: the run is still in progress") from None
-            raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
+            db = connect(str(path), read_only=True)
         except duckdb.Error as exc:
+            reason = str(exc).lower()
+            if isinstance(exc, duckdb.IOException) and "lock" in reason:
+                raise InputFileError(f"{run_dir}: the run is still in progress") from None
+            if "extension" in reason:  # another database's file (SQLite, ...): never loaded
+                raise InputFileError(
+                    f"{run_dir}: {STORE_FILE} is not a pgscope run store (not a DuckDB file)"
+                ) from None
             raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
         store = cls(db, run_dir)
         if not store.has_table("run") or not store.has_table("schema_info"):

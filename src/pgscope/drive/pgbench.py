@@ -23,6 +23,7 @@ from typing import Any
 
 import duckdb
 
+from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
 from pgscope.proc import spawn, stop_process
 from pgscope.spec import ScriptRef
@@ -423,7 +424,7 @@ def analyse_logs(
     files = [f for f in files if f.stat().st_size > 0]
     if not files:
         return None, []
-    db = duckdb.connect()
+    db = connect()
     try:
         _log_relation(db, files)
         bounds = db.execute("SELECT min(end_us), max(end_us) FROM xact").fetchone()
@@ -476,7 +477,7 @@ def archive_logs(files: list[Path], target: Path) -> int:
     files = [f for f in files if f.stat().st_size > 0]
     if not files:
         return 0
-    db = duckdb.connect()
+    db = connect()
     try:
         _log_relation(db, files)
         count = db.execute("SELECT count(*) FROM xact").fetchone()
