@@ -171,3 +171,16 @@ def test_a_run_survives_absent_and_crashing_collectors(
     said = " | ".join(reporter.lines)
     assert "collector test-absent unavailable: needs the moon" in said
     assert "collector test-crashing stopped: step start failed: probe vanished" in said
+
+
+def test_the_host_collector_survives_a_child_that_vanishes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process that exits between listing and reading its /proc/PID/comm is skipped, not an
+    error that stops the host collector for the rest of the run."""
+    from pgscope.collect import host
+
+    gone = 2**22 + 17  # above the largest pid_max Linux allows: never a live process
+    monkeypatch.setattr(host, "child_pids", lambda pid: [gone])
+    assert host._comm(gone) is None
+    assert host._pgbench_pids() == []

@@ -55,14 +55,18 @@ def _process_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def _comm(pid: int) -> str | None:
+    """A process's command name; None once it is gone (it may exit between any two reads:
+    a vanished /proc/PID/comm once ended the collector, and the CPU evidence, mid-run)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def _pgbench_pids() -> list[int]:
     """pgbench processes whose parent is this process (the ones pgscope started)."""
-    return [
-        pid
-        for pid in child_pids(os.getpid())
-        if Path(f"/proc/{pid}/comm").exists()
-        and Path(f"/proc/{pid}/comm").read_text().strip() == "pgbench"
-    ]
+    return [pid for pid in child_pids(os.getpid()) if _comm(pid) == "pgbench"]
 
 
 class HostOptions(BaseModel):
