@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pgscope.target.embedded import EmbeddedCluster
 from tests.conftest import one_line_error, pgscope
 
@@ -160,3 +162,57 @@ def test_writing_script_without_allow_writes_is_stopped_by_the_server(
     assert all("read-only transaction" in (s["error"] or "") for s in steps)
     with cluster.connect() as conn:
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_a_dsn_options_entry_cannot_lift_the_read_only_guard(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """`options=` in the DSN used to win over PGOPTIONS (a plain INSERT script wrote 130
+    rows): the guard now goes last in the connection string pgbench uses."""
+    with cluster.connect() as conn:
+        conn.execute("CREATE TABLE hits (id int)")
+    script = tmp_path / "insert.sql"
+    script.write_text("INSERT INTO hits VALUES (1);\n")
+    result = pgscope(
+        "run",
+        "--dsn",
+        dsn(cluster, "options='-c default_transaction_read_only=off'"),
+        "--script",
+        str(script),
+        "--scale",
+        "0",
+        "--clients",
+        "1",
+        *SHORT,
+        "--results-dir",
+        str(tmp_path / "r"),
+    )
+    with cluster.connect() as conn:
+        row = conn.execute("SELECT count(*) FROM hits").fetchone()
+    assert row == (0,), f"the server took writes: {row}; {result.stderr[-1500:]}"
+    assert "read-only transaction" in result.stderr or "read-only" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "BEGIN READ WRITE;\nINSERT INTO hits VALUES (1);\nEND;\n",
+        "SET default_transaction_read_only = off;\nINSERT INTO hits VALUES (1);\n",
+        "SELECT set_config('default_transaction_read_only', 'off', false);\n",
+        "\\shell id\nSELECT 1;\n",
+    ],
+)
+def test_a_script_that_could_lift_the_guard_is_refused_before_any_load(
+    cluster: EmbeddedCluster, tmp_path: Path, text: str
+) -> None:
+    script = tmp_path / "lift.sql"
+    script.write_text(text)
+    results = tmp_path / "r"
+    result = pgscope(
+        "run", "--dsn", dsn(cluster), "--script", str(script), "--scale", "0",
+        "--clients", "1", *SHORT, "--results-dir", str(results),
+    )  # fmt: skip
+    assert result.returncode == 6, result.stderr[-1500:]
+    message = one_line_error(result)
+    assert "lift.sql line" in message and "--allow-writes" in message
+    assert not results.exists(), "refused before any run folder is made"

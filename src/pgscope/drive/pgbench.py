@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from psycopg.conninfo import make_conninfo
 
+from pgscope.drive.readonly import READ_ONLY_OPTION, with_read_only
 from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
 from pgscope.proc import spawn, stop_process
@@ -138,13 +140,18 @@ class Pgbench:
     def _env(self) -> dict[str, str]:
         env = self.conn.env()
         if self.read_only:
-            # The server itself rejects any write a script attempts.
-            env["PGOPTIONS"] = "-c default_transaction_read_only=on"
+            # The server itself rejects any write a script attempts (drive/readonly.py).
+            env["PGOPTIONS"] = READ_ONLY_OPTION
         return env
 
     def _conn_args(self) -> list[str]:
-        # pgbench expands a connection string given as the database name.
-        return [self.conn.conninfo()]
+        # pgbench expands a connection string given as the database name. Read-only, the guard
+        # goes in the string too, last: a DSN's own `options` would win over PGOPTIONS.
+        if not self.read_only:
+            return [self.conn.conninfo()]
+        params = dict(self.conn.params)
+        params["options"] = with_read_only(params.get("options"))
+        return [make_conninfo(**params)]
 
     def current_scale(self) -> int | None:
         """The scale of existing pgbench tables (pgbench's own rule: rows in branches)."""

@@ -6,9 +6,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from pgscope.drive.readonly import lifting_statement
 from pgscope.errors import EnvironmentProblem, RefusedError, SpecError
 from pgscope.runner.variants import effective_settings, variant_cpus, variant_instances
-from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, Spec, setting_text
+from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, ScriptRef, Spec, setting_text
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.server import ExistingServer
 
@@ -32,6 +33,18 @@ def check_host_fits(loaded: LoadedSpec, cores: int) -> None:
             f"{loaded.source}: a variant splits the load over {most_instances} instances but "
             f"a step has only {min(spec.client_counts(cores))} clients; every instance needs one"
         )
+
+
+def check_read_only_scripts(scripts: list[ScriptRef]) -> None:
+    """Refuse, before any load, a script that could lift the read-only guard on a user's
+    server (drive/readonly.py says what and why)."""
+    for script in scripts:
+        why = lifting_statement(script.path)
+        if why is not None:
+            raise RefusedError(
+                f"script {why} could lift the read-only guard on your server; pgscope only "
+                f"reads from an existing server unless you pass --allow-writes"
+            )
 
 
 def check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool) -> None:

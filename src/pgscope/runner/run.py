@@ -25,6 +25,7 @@ from pgscope.runner.plan import plan_steps
 from pgscope.runner.preflight import (
     check_folders,
     check_host_fits,
+    check_read_only_scripts,
     check_server_request,
     validate_variants,
 )
@@ -88,6 +89,8 @@ def execute(
     if options.dsn:
         server = ExistingServer(ConnParams.from_dsn(options.dsn), options.allow_writes)
         check_server_request(spec, server, options.allow_writes)
+        if not options.allow_writes:
+            check_read_only_scripts(loaded.scripts())
         server.check_reachable()
     else:
         account = server_account(options.run_as)
