@@ -77,7 +77,9 @@ def postgres_dir() -> Iterator[Path]:
 
 
 def collectors_of(document: dict[str, object]) -> dict[str, tuple[bool, str, str]]:
-    rows = document["collectors"]
+    # A run's document keeps them with its environment; `profile`'s at its top.
+    environment = document.get("environment")
+    rows = environment["collectors"] if isinstance(environment, dict) else document["collectors"]
     assert isinstance(rows, list)
     return {r["name"]: (r["available"], r["reason"], r["status"]) for r in rows}
 

@@ -229,7 +229,7 @@ def test_a_killed_tracer_leaves_a_recorded_gap_and_the_run_goes_on(tmp_path: Pat
     assert proc.returncode == 0, err
     doc = json.loads(out)
     assert all(s["status"] == "ok" for s in doc["steps"]), "the load was not disturbed"
-    usdt = next(c for c in doc["collectors"] if c["name"] == "usdt")
+    usdt = next(c for c in doc["environment"]["collectors"] if c["name"] == "usdt")
     assert usdt["status"] == "failed" and usdt["error"]
     gaps = [g for g in doc["environment"]["gaps"] if g["name"] == "usdt"]
     assert gaps and gaps[0]["end_us"] > gaps[0]["start_us"]

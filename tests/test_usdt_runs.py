@@ -163,9 +163,11 @@ RUN_MODULES = (
     "pgscope.cli",
     "pgscope.runner",
     "pgscope.spec",
-    "pgscope.analyze.run",
+    "pgscope.analyze.load",
+    "pgscope.cli.progress",
     "pgscope.render.console",
     "pgscope.render.json_doc",
+    "pgscope.render.outputs",
 )
 RUN_ARGS = (
     "run", "--workload", "select-only", "--scale", "1", "--clients", "1", "--duration", "1",
@@ -217,6 +219,9 @@ def _run_as_postgres(work: Path) -> Path:
     for module in (*RUN_MODULES, "importlib.readers", "doctest"):
         importlib.import_module(module)
     registry()  # every collector module
+    from pgscope.analyze.model import _adapter
+
+    _adapter()  # pydantic builds the run document's schema lazily, importing as it goes
     child = os.fork()
     if child == 0:
         code = 99
