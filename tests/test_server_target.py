@@ -216,3 +216,32 @@ def test_a_script_that_could_lift_the_guard_is_refused_before_any_load(
     message = one_line_error(result)
     assert "lift.sql line" in message and "--allow-writes" in message
     assert not results.exists(), "refused before any run folder is made"
+
+
+def test_pgscopes_own_process_title_never_shows_the_password(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """`ps` shows every process's arguments to every user: a --dsn's password is masked in
+    pgscope's own title once start-up has read it (a fresh interpreter, as a user starts it)."""
+    import subprocess
+    import sys
+    import time
+
+    secret = "not-for-ps-4711"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgscope", "sample", "--dsn", dsn(cluster, f"password={secret}"),
+         "--duration", "2", "--results-dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    time.sleep(0.5)  # start-up: the interpreter, then pgscope's first import rewrites it
+    titles = []
+    while proc.poll() is None:
+        try:
+            titles.append(cmdline.read_bytes().decode(errors="replace"))
+        except OSError:
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=30)
+    assert any("pgscope sample --dsn" in t for t in titles), titles[:3]
+    assert not any(secret in t for t in titles), "the password in pgscope's process title"

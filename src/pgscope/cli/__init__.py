@@ -13,11 +13,15 @@ import signal
 import sys
 import traceback
 
-import typer
+from pgscope.cli.title import hide_password
 
-from pgscope.cli.app import app
-from pgscope.errors import ExitCode, PgscopeError
-from pgscope.signals import signals_as_exceptions
+hide_password()  # first: before the (slow) rest of pgscope is imported
+
+import typer  # noqa: E402
+
+from pgscope.cli.app import app  # noqa: E402
+from pgscope.errors import ExitCode, PgscopeError  # noqa: E402
+from pgscope.signals import signals_as_exceptions  # noqa: E402
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "app":

@@ -11,7 +11,7 @@ import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.options import DataDir, ResultsDir
-from pgscope.cli.run import safe_command_line
+from pgscope.cli.title import safe_command_line
 
 
 def _postmaster_of(pid: int) -> Path:

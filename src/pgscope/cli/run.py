@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,24 +10,8 @@ import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.options import JsonFlag, PgBin, ResultsDir
+from pgscope.cli.title import safe_command_line
 from pgscope.errors import Interrupted, RunFailed
-
-
-def safe_command_line(argv: list[str]) -> str:
-    """The command line as recorded in the store: a --dsn value loses its password."""
-    from pgscope.target.conn import ConnParams
-
-    masked: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            arg, hide_next = ConnParams.from_dsn(arg).conninfo(), False
-        elif arg == "--dsn":
-            hide_next = True
-        elif arg.startswith("--dsn="):
-            arg = "--dsn=" + ConnParams.from_dsn(arg[len("--dsn=") :]).conninfo()
-        masked.append(arg)
-    return shlex.join(masked)
 
 
 def _absolute_script(text: str) -> str:

@@ -13,7 +13,7 @@ from rich.live import Live
 from pgscope.analyze.model import RunAnalysis
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.options import ResultsDir
-from pgscope.cli.run import safe_command_line
+from pgscope.cli.title import safe_command_line
 
 LIVE_WINDOW_S = 10
 

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.options import DataDir, ResultsDir
-from pgscope.cli.run import safe_command_line
+from pgscope.cli.title import safe_command_line
 
 if TYPE_CHECKING:
     from pgscope.analyze.usdt import Bucket, Checkpoint, LatencySummary, TraceSummary
