@@ -9,8 +9,21 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 from pgscope.errors import ExitCode, Interrupted
+
+# The signal that arrived in the outermost block, if any: a library that catches our exception
+# in its own code (DuckDB turns it into "Query interrupted") must not turn a Ctrl-C into an
+# internal error and a lost summary.
+_state: dict[str, Any] = {"depth": 0, "received": None}
+
+
+def received() -> Interrupted | None:
+    """The `Interrupted` a signal raised in the current block, even where another library
+    caught it and raised its own error instead."""
+    found = _state["received"]
+    return found if isinstance(found, Interrupted) else None
 
 
 @contextmanager
@@ -23,14 +36,21 @@ def signals_as_exceptions() -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if signum == signal.SIGINT:
-            raise Interrupted("SIGINT", ExitCode.INTERRUPTED)
-        raise Interrupted("SIGTERM", ExitCode.TERMINATED)
+            exc = Interrupted("SIGINT", ExitCode.INTERRUPTED)
+        else:
+            exc = Interrupted("SIGTERM", ExitCode.TERMINATED)
+        _state["received"] = _state["received"] or exc
+        raise exc
 
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    if _state["depth"] == 0:
+        _state["received"] = None
+    _state["depth"] += 1
     for s in previous:
         signal.signal(s, handler)
     try:
         yield
     finally:
+        _state["depth"] -= 1
         for s, h in previous.items():
             signal.signal(s, h)

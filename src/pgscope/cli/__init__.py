@@ -21,7 +21,7 @@ import typer  # noqa: E402
 
 from pgscope.cli.app import app  # noqa: E402
 from pgscope.errors import ExitCode, PgscopeError  # noqa: E402
-from pgscope.signals import signals_as_exceptions  # noqa: E402
+from pgscope.signals import received, signals_as_exceptions  # noqa: E402
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "app":
@@ -58,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             return int(ExitCode.USAGE)
         if debug:
             traceback.print_exc()
+        signalled = received()
+        if signalled is not None:  # a library replaced our exception by its own: a Ctrl-C
+            sys.stderr.write(f"pgscope: error: {signalled} (during {type(exc).__name__})\n")
+            return int(signalled.exit_code)
         sys.stderr.write(
             f"pgscope: error: internal error: {type(exc).__name__}: "
             f"{_one_line(str(exc))} (rerun with --debug for the traceback, and "

@@ -30,7 +30,7 @@ from pgscope.runner.preflight import (
     validate_variants,
 )
 from pgscope.runner.topology import Topology
-from pgscope.signals import signals_as_exceptions
+from pgscope.signals import received, signals_as_exceptions
 from pgscope.spec import LoadedSpec
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
@@ -143,22 +143,36 @@ def execute(
                     collectors.stop()
     except (Interrupted, TargetError, RefusedError, RunFailed) as exc:
         error = exc
+    except Exception as exc:
+        signalled = received()
+        if signalled is None:
+            _fail(store, run_dir, exc)
+            raise
+        # A signal whose exception a library replaced by its own (DuckDB: "Query
+        # interrupted" while analysing a step's log): still a Ctrl-C, not an internal error.
+        signalled.add_note(f"(it arrived as: {type(exc).__name__}: {exc})")
+        error = signalled
     except BaseException as exc:
-        full = disk_full(exc)
-        with contextlib.suppress(Exception):  # the store itself may be on the full disk
-            store.finish_run("failed", full or str(exc) or type(exc).__name__)
-        with contextlib.suppress(Exception):
-            store.close()
-        if full:
-            raise EnvironmentProblem(
-                f"{full}; the run stopped, keeping what was written to {run_dir} before"
-            ) from None
+        _fail(store, run_dir, exc)
         raise
     _ingest_server_log(store, run_dir / "server.log")
     status = _final_status(store, error)
     store.finish_run(status, str(error) if error else None)
     store.close()
     return RunOutcome(run_dir, status, error)
+
+
+def _fail(store: RunStore, run_dir: Path, exc: BaseException) -> None:
+    """The run failed on an unexpected error: recorded as failed; a full disk said as such."""
+    full = disk_full(exc)
+    with contextlib.suppress(Exception):  # the store itself may be on the full disk
+        store.finish_run("failed", full or str(exc) or type(exc).__name__)
+    with contextlib.suppress(Exception):
+        store.close()
+    if full:
+        raise EnvironmentProblem(
+            f"{full}; the run stopped, keeping what was written to {run_dir} before"
+        ) from None
 
 
 def _start_cluster(
