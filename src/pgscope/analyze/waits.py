@@ -200,8 +200,9 @@ def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfil
     seconds_by = dict(
         ((v, c), float(secs))
         for v, c, secs in db.execute(
+            # A step cut short (a full disk, a crash) may have a start and no end.
             "SELECT variant, clients, sum(window_end_us - window_start_us) / 1e6 FROM steps "
-            "WHERE window_start_us IS NOT NULL GROUP BY ALL"
+            "WHERE window_start_us IS NOT NULL AND window_end_us IS NOT NULL GROUP BY ALL"
         ).fetchall()
     )
     states: dict[tuple[str, int], dict[str, int]] = {}
