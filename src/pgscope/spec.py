@@ -27,8 +27,12 @@ from pydantic import (
 
 from pgscope.errors import EnvironmentProblem, InputFileError, SpecError
 
-# A spec's name: part of its run folder's name, so never a path.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+
+def safe_name(name: str) -> str:
+    """A spec's name as one path component: it names the run folder, inside the results
+    folder (`../../x` is `x`, `my test` is `my-test`)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:64] or "custom"
+
 
 BUILTIN_WORKLOADS = ("select-only", "tpcb-like", "simple-update")
 # Builtins that modify data: refused on a user's server without --allow-writes.
@@ -146,14 +150,9 @@ class Spec(BaseModel):
 
     @field_validator("name")
     @classmethod
-    def _name_is_a_word(cls, value: str) -> str:
+    def _name_is_one_path_component(cls, value: str) -> str:
         # The name becomes part of the run folder's name: it must never reach outside it.
-        if not NAME_PATTERN.fullmatch(value):
-            raise ValueError(
-                f"name {value!r} must be a simple word of up to 64 letters, digits, '.', '_' or "
-                f"'-', not starting with '.'"
-            )
-        return value
+        return safe_name(value)
 
     @field_validator("variants")
     @classmethod
@@ -374,8 +373,7 @@ def load_spec(
     if extra_settings:
         base = raw.get("settings", {})
         raw["settings"] = {**(base if isinstance(base, dict) else {}), **extra_settings}
-    # A file name is not a spec's word: "my test.toml" runs as "my-test".
-    raw.setdefault("name", re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).lstrip(".")[:64] or "custom")
+    raw.setdefault("name", path.stem)
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as exc:
