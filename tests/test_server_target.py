@@ -245,3 +245,33 @@ def test_pgscopes_own_process_title_never_shows_the_password(
     proc.wait(timeout=30)
     assert any("pgscope sample --dsn" in t for t in titles), titles[:3]
     assert not any(secret in t for t in titles), "the password in pgscope's process title"
+
+
+def test_a_users_server_gets_no_kernel_tracing_unless_asked(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """usdt is on by default on clusters pgscope starts; on a server it did not start it would
+    attach to that server's binary (every cluster of it pays the probe traps), so by default it
+    does not run there, and the run says how to ask for it."""
+    import duckdb
+
+    subprocess_run = pgscope(
+        "run", "--dsn", dsn(cluster), "--clients", "1", "--scale", "0", "--script",
+        str(_select_one(tmp_path)), *SHORT, "--results-dir", str(tmp_path / "r"), "--json",
+    )  # fmt: skip
+    assert subprocess_run.returncode == 0, subprocess_run.stderr[-1500:]
+    assert "usdt: not by default on a server pgscope did not start" in subprocess_run.stderr
+    run_dir = Path(json.loads(subprocess_run.stdout)["run_dir"])
+    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        names = {r[0] for r in db.execute("SELECT name FROM collectors").fetchall()}
+    finally:
+        db.close()
+    assert not names & {"usdt", "perf", "offcpu"}, names
+    assert "activity" in names
+
+
+def _select_one(tmp_path: Path) -> Path:
+    script = tmp_path / "select.sql"
+    script.write_text("SELECT 1;\n")
+    return script

@@ -99,6 +99,10 @@ class Collector(ABC):
     summary: ClassVar[str]  # what it records, one line
     cost: ClassVar[str]  # what it costs, as measured (docs/benchmarks.md), one line
     default_in_runs: ClassVar[bool] = False
+    # Attaches to the server's processes or binary, so that its cost also falls on processes
+    # pgscope did not start (every cluster of that binary pays a probe's traps): never by
+    # default on a user's server.
+    intrusive: ClassVar[bool] = False
     Options: ClassVar[type[BaseModel]] = NoOptions
 
     def __init__(self, options: BaseModel) -> None:

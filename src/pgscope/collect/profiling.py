@@ -83,6 +83,7 @@ class FoldedProfile:
 
 
 class ProfileCollector(Collector, Generic[R]):
+    intrusive = True
     """Base of the profile collectors; not a collector itself (no `name`, abstract)."""
 
     kind: ClassVar[str]  # profiles.kind: cpu, offcpu

@@ -57,6 +57,7 @@ class UsdtCollector(Collector):
         "io: tens per transaction; see docs/benchmarks.md"
     )
     default_in_runs = True
+    intrusive = True
     Options = UsdtOptions
 
     options: UsdtOptions

@@ -9,10 +9,13 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pgscope import __version__
+from pgscope.collect import registry
 from pgscope.collect.base import CollectorEnv
 from pgscope.collect.manager import CollectorSet
 from pgscope.drive.pgbench import Pgbench
@@ -31,7 +34,7 @@ from pgscope.runner.preflight import (
 )
 from pgscope.runner.topology import Topology
 from pgscope.signals import received, signals_as_exceptions
-from pgscope.spec import LoadedSpec
+from pgscope.spec import LoadedSpec, Spec
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
@@ -117,7 +120,9 @@ def execute(
     error: Exception | None = None
     try:
         with signals_as_exceptions():
-            collectors = CollectorSet(spec.collector_selection(), env, store, reporter.phase)
+            collectors = CollectorSet(
+                _selection(spec, server, reporter.phase), env, store, reporter.phase
+            )
             with Topology(reporter.phase, store, server) as servers:
                 ctx = RunContext(
                     loaded,
@@ -160,6 +165,25 @@ def execute(
     store.finish_run(status, str(error) if error else None)
     store.close()
     return RunOutcome(run_dir, status, error)
+
+
+def _selection(
+    spec: Spec, server: ExistingServer | None, say: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
+    """The collectors to run. On a user's server, those that attach to its processes or its
+    binary (kernel tracing, profiles) run only when named (`--collectors`, a [collectors]
+    table): by default they would cost every cluster of that binary, not only the target."""
+    selection = spec.collector_selection()
+    if server is None or spec.collectors is not None:
+        return selection
+    known = registry()
+    for name in [n for n in selection if n in known and known[n].intrusive]:
+        del selection[name]
+        say(
+            f"{name}: not by default on a server pgscope did not start (it attaches to the "
+            f"server's binary: every cluster of it would pay); --collectors ...,{name} runs it"
+        )
+    return selection
 
 
 def _fail(store: RunStore, run_dir: Path, exc: BaseException) -> None:
