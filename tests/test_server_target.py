@@ -205,6 +205,8 @@ def test_a_dsn_options_entry_cannot_lift_the_read_only_guard(
 def test_a_script_that_could_lift_the_guard_is_refused_before_any_load(
     cluster: EmbeddedCluster, tmp_path: Path, text: str
 ) -> None:
+    with cluster.connect() as conn:
+        conn.execute("CREATE TABLE hits (id int)")
     script = tmp_path / "lift.sql"
     script.write_text(text)
     results = tmp_path / "r"
@@ -216,6 +218,8 @@ def test_a_script_that_could_lift_the_guard_is_refused_before_any_load(
     message = one_line_error(result)
     assert "lift.sql line" in message and "--allow-writes" in message
     assert not results.exists(), "refused before any run folder is made"
+    with cluster.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM hits").fetchone() == (0,)
 
 
 def test_pgscopes_own_process_title_never_shows_the_password(
