@@ -188,7 +188,8 @@ def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfil
         f"SELECT s.variant, s.clients, {WAIT_TYPE}, {WAIT_EVENT}, count(*) AS n "
         f"FROM activity_samples a JOIN steps s "
         f"ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us "
-        f"WHERE {ACTIVE} GROUP BY ALL ORDER BY s.variant, s.clients, n DESC"
+        # Ties broken by name: the same run gives the same document.
+        f"WHERE {ACTIVE} GROUP BY ALL ORDER BY s.variant, s.clients, n DESC, 3, 4"
     ).fetchall()
     instants = dict(
         ((v, c), int(n))
@@ -296,7 +297,8 @@ def top_queries(
         f"SELECT per_q.query_id, q.query, per_q.n / sum(per_q.n) OVER (), per_qw.w, "
         f"per_qw.n / per_q.n FROM per_q JOIN per_qw ON per_qw.query_id IS NOT DISTINCT FROM "
         f"per_q.query_id AND per_qw.r = 1 "
-        f"LEFT JOIN activity_queries q ON q.query_id = per_q.query_id ORDER BY 3 DESC LIMIT ?",
+        f"LEFT JOIN activity_queries q ON q.query_id = per_q.query_id "
+        f"ORDER BY 3 DESC, 1 NULLS LAST, 2 NULLS LAST LIMIT ?",
         [*params, limit],
     ).fetchall()
     return [
