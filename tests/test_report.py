@@ -240,3 +240,19 @@ def test_a_store_of_another_database_is_refused_without_fetching_anything(
     with contextlib.closing(connect()) as db:
         for setting in ("autoinstall_known_extensions", "autoload_known_extensions"):
             assert db.execute(f"SELECT current_setting('{setting}')").fetchone() == (False,)
+
+
+def test_an_actions_markup_is_shown_in_the_timeline_not_made_a_link() -> None:
+    """plotly renders a subset of HTML in annotation text: an --action's SQL must stay text."""
+    from pgscope.analyze.timeline import Series
+    from pgscope.render.charts import timeline
+
+    label = '<a href="http://127.0.0.1/x">click</a> at 2.0 s'
+    steps = [(1, "base", 1, 0.0, 5.0)]
+    figure = timeline(
+        Series(0, steps, [(1.0, 10.0), (2.0, 12.0)], [], {}, [(1.5, "action", label)])
+    )
+    assert figure is not None
+    texts = [a.get("text", "") for a in figure["layout"]["annotations"]]
+    assert not any("<a " in t for t in texts), texts
+    assert any("&lt;a href" in t for t in texts), texts

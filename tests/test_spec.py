@@ -181,3 +181,17 @@ def test_a_file_name_that_is_no_word_still_names_its_run(tmp_path: Path) -> None
     spec = tmp_path / "my first test.toml"
     spec.write_text("clients = [1]\n")
     assert load_spec(str(spec)).spec.name == "my-first-test"
+
+
+def test_a_reversed_client_range_says_so() -> None:
+    with pytest.raises(SpecError, match="ends below its start"):
+        parse_client_list("8-1")
+
+
+def test_an_action_after_the_steps_end_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "late.toml"
+    spec.write_text('duration = 5\nwarmup = 1\nactions = [{at = 6, sql = "CHECKPOINT"}]\n')
+    with pytest.raises(SpecError, match="after the step's end"):
+        load_spec(str(spec))
+    spec.write_text('duration = 5\nwarmup = 1\nactions = [{at = 5.5, sql = "CHECKPOINT"}]\n')
+    assert load_spec(str(spec)).spec.actions[0].at == 5.5

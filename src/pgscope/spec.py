@@ -168,6 +168,17 @@ class Spec(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _actions_inside_the_step(self) -> Spec:
+        # An action after the load has stopped would run on an idle server: never measured.
+        for action in self.actions:
+            if action.at >= self.warmup + self.duration:
+                raise ValueError(
+                    f"action at {action.at:g} s ({action.sql[:40]!r}) is after the step's end "
+                    f"(warmup {self.warmup:g} s + duration {self.duration:g} s)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _baseline_is_a_variant(self) -> Spec:
         if self.baseline is not None and self.baseline not in self.variants:
             raise ValueError(
@@ -437,6 +448,11 @@ def parse_client_list(text: str) -> list[int]:
             continue
         lo, sep, hi = part.partition("-")
         try:
+            if sep and int(hi) < int(lo):
+                raise SpecError(
+                    f"--clients {text!r}: the range {part!r} ends below its start "
+                    f"(write {hi.strip()}-{lo.strip()})"
+                )
             if sep:
                 counts.extend(range(int(lo), int(hi) + 1))
             else:

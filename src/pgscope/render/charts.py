@@ -4,6 +4,7 @@ Every axis names its unit."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import plotly.graph_objects as go
@@ -279,7 +280,8 @@ def timeline(series: Series | None) -> dict[str, Any] | None:
                 x=t,
                 y=1,
                 yref="paper",
-                text=label.split(" at ")[0][:24],
+                # plotly renders a subset of HTML in text: an action's SQL is shown, not run.
+                text=html.escape(label.split(" at ")[0][:24]),
                 showarrow=False,
                 font={"size": 9},
                 textangle=-90,
