@@ -83,11 +83,6 @@ def extract(analysis: RunAnalysis) -> list[FactSheet]:
     return sheets
 
 
-def peak_sheets(sheets: list[FactSheet]) -> list[FactSheet]:
-    """Each variant's peak cell: where the rules look by default."""
-    return [s for s in sheets if s.variant is not None and s.peak]
-
-
 def _variant_settings(analysis: RunAnalysis, variant: str) -> dict[str, Any]:
     spec = analysis.environment.spec
     return {**(spec.get("settings") or {}), **(spec.get("variants") or {}).get(variant, {})}

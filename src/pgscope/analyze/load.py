@@ -75,6 +75,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
     declared = list(spec.get("variants") or {})
     scaling = _scaling(rows, bootstrap, declared)
     steps = [_step(r) for r in rows]
+    programs = _traced_programs(db)
     return RunAnalysis(
         run_id=str(run["run_id"]),
         run_dir=str(run_dir.resolve()),
@@ -92,8 +93,8 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         waits=waits.analyse(db),
         counters=pgstats.per_step(db),
         timeline=Timeline(timeline.series(db), timeline.dips(db)),
-        locks=_locks(db, steps),
-        checkpoints=_checkpoints(db, steps),
+        locks=_locks(db, steps, programs),
+        checkpoints=_checkpoints(db, steps, programs),
         cpu=_cpu(store, scaling),
         variants=_variants(rows, spec, declared),
     )
@@ -162,10 +163,16 @@ def _window(step: Step) -> tuple[int, int] | None:
     return (start, end) if start is not None and end is not None and end > start else None
 
 
-def _locks(db: duckdb.DuckDBPyConnection, steps: list[Step]) -> Locks:
+def _traced_programs(db: duckdb.DuckDBPyConnection) -> set[str]:
+    """The usdt programs that traced during the run (none without the usdt collector)."""
+    if not usdt.has_usdt(db):
+        return set()
+    return {r[0] for r in db.execute("SELECT DISTINCT program FROM usdt_seconds").fetchall()}
+
+
+def _locks(db: duckdb.DuckDBPyConnection, steps: list[Step], programs: set[str]) -> Locks:
     if not usdt.has_usdt(db):
         return Locks(False, [], [], [])
-    programs = {r[0] for r in db.execute("SELECT DISTINCT program FROM usdt_seconds").fetchall()}
     by_cell: dict[tuple[str, int], list[Step]] = defaultdict(list)
     for step in steps:
         if step.ok and _window(step):
@@ -225,10 +232,11 @@ def _pooled(groups: list[list[usdt.LatencySummary]]) -> list[usdt.LatencySummary
     return sorted(pooled, key=lambda s: (-s.total_ns, s.event, s.object or "", s.mode or ""))
 
 
-def _checkpoints(db: duckdb.DuckDBPyConnection, steps: list[Step]) -> Checkpoints:
+def _checkpoints(
+    db: duckdb.DuckDBPyConnection, steps: list[Step], programs: set[str]
+) -> Checkpoints:
     if not usdt.has_usdt(db):
         return Checkpoints(False, [])
-    programs = {r[0] for r in db.execute("SELECT DISTINCT program FROM usdt_seconds").fetchall()}
     items = []
     for ckpt in usdt.checkpoints(db):
         step = next(

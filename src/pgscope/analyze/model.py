@@ -366,9 +366,6 @@ class RunAnalysis:
     def folder(self) -> Path:
         return Path(self.run_dir)
 
-    def variant_names(self) -> list[str]:
-        return self.scalability.variants()
-
     def cell_sheets(self) -> list[FactSheet]:
         return [s for s in self.facts if s.variant is not None]
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgscope.analyze.model import DOCUMENT_VERSION, RunAnalysis, to_document
-
-JSON_SCHEMA_VERSION = DOCUMENT_VERSION
+from pgscope.analyze.model import RunAnalysis, to_document
 
 
 def run_document(analysis: RunAnalysis) -> dict[str, Any]:
