@@ -57,6 +57,21 @@ def bench(shared_cluster: EmbeddedCluster, pg: PgBinaries) -> Pgbench:
     return driver
 
 
+def test_a_log_cut_off_mid_line_counts_only_whole_transactions(tmp_path: Path) -> None:
+    """A full disk (or a kill) stops pgbench mid-line: the stub is no transaction, neither
+    failed nor one without a second (seen in CI: a NULL second broke the report)."""
+    base = 1795476517
+    lines = [f"0 {i} {1000 + i} 0 {base + i // 4} {(i % 4) * 250000}" for i in range(12)]
+    lines.append("0 12 failed 0 " + str(base + 3) + " 1")  # a real failure stays one
+    log = tmp_path / "xact.1"
+    log.write_text("\n".join(lines) + "\n0 13 1013 0 17954")  # cut inside the end time
+    stats, seconds = analyse_logs([log], warmup_s=0.0)
+    assert [s.second_us for s in seconds] == [(base + k) * 1_000_000 for k in range(4)]
+    assert sum(s.xacts for s in seconds) == 13
+    assert sum(s.failed for s in seconds) == 1
+    assert stats is not None and stats.failed == 1
+
+
 def test_a_real_run_gives_live_progress_and_exact_percentiles(
     bench: Pgbench, tmp_path: Path
 ) -> None:

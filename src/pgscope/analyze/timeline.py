@@ -184,6 +184,7 @@ def series(db: duckdb.DuckDBPyConnection) -> Series:
         (s(t), float(v))
         for t, v in db.execute(
             "SELECT second_us + 500000, max(p95_ms) FROM latency_seconds WHERE p95_ms IS NOT NULL "
+            "AND second_us IS NOT NULL "
             "GROUP BY second_us ORDER BY second_us"
         ).fetchall()
     ]

@@ -404,7 +404,9 @@ _LOG_COLUMNS = {
 
 def _log_relation(db: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
     """Expose the logs as view `xact` (end_us, latency_us, failed). A failed transaction's
-    time column reads 'failed' (or 'serialization'/'deadlock'), hence VARCHAR + TRY_CAST."""
+    time column reads 'failed' (or 'serialization'/'deadlock'), hence VARCHAR + TRY_CAST.
+    A line without its end time is one pgbench was cut off writing (a full disk, a kill):
+    not a transaction, failed or not, so it is left out."""
     # Table functions in a view cannot take bound parameters: quote the literals instead.
     file_list = ", ".join(_sql_string(str(f)) for f in files)
     columns = ", ".join(f"{_sql_string(k)}: {_sql_string(v)}" for k, v in _LOG_COLUMNS.items())
@@ -416,7 +418,8 @@ def _log_relation(db: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
     db.execute(
         "CREATE OR REPLACE TEMP VIEW xact AS SELECT epoch_s * 1000000 + epoch_us AS end_us, "
         "TRY_CAST(latency AS BIGINT) AS latency_us, "
-        "TRY_CAST(latency AS BIGINT) IS NULL AS failed, client_id, script_no FROM raw_xact"
+        "TRY_CAST(latency AS BIGINT) IS NULL AS failed, client_id, script_no FROM raw_xact "
+        "WHERE epoch_s IS NOT NULL AND epoch_us IS NOT NULL"
     )
 
 
