@@ -5,6 +5,8 @@ single, known way, so the effect the field cases describe is large enough to nam
 - `slow_writes`: a disk that writes N bytes a second (the checkpoint case: the field case's
   WAL device saturated by full-page images; this VM's disk absorbs 100 MB/s of them with a
   10% dip, within the noise of a seconds-long test).
+- `busy_neighbours`: other processes spinning on the host's CPUs (a workload beside the
+  database, as on a shared host).
 
 Both act only on the clusters of this test session (their data directories are in its
 TMPDIR), from a thread, and undo themselves on exit.
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -121,3 +125,15 @@ def slow_writes(work_dir: Path, bytes_per_s: int, every_s: float = 0.2) -> Itera
             with contextlib.suppress(OSError):
                 (BLKIO / "cgroup.procs").write_text(f"{pid}\n")
         group.rmdir()
+
+
+@contextlib.contextmanager
+def busy_neighbours(count: int) -> Iterator[None]:
+    """`count` processes, not the cluster's nor pgbench's, each spinning on a CPU."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()

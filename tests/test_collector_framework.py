@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -173,14 +175,23 @@ def test_a_run_survives_absent_and_crashing_collectors(
     assert "collector test-crashing stopped: step start failed: probe vanished" in said
 
 
-def test_the_host_collector_survives_a_child_that_vanishes(
+def test_the_host_collector_survives_a_process_that_vanishes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A process that exits between listing and reading its /proc/PID/comm is skipped, not an
+    """A process that exits between listing /proc and reading its stat file is skipped, not an
     error that stops the host collector for the rest of the run."""
     from pgscope.collect import host
 
-    gone = 2**22 + 17  # above the largest pid_max Linux allows: never a live process
-    monkeypatch.setattr(host, "child_pids", lambda pid: [gone])
-    assert host._comm(gone) is None
-    assert host._pgbench_pids() == []
+    victim = str(os.getpid())
+    read = host.Path.read_text
+
+    def vanishing(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self.parent.name == victim:
+            raise FileNotFoundError(self)
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(host.Path, "read_text", vanishing)
+    found = host._processes()
+    assert os.getpid() not in found
+    assert found[1].parent == 0, "the others are read"
+    assert host._process_ticks(os.getpid()) == 0

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import diagnosis, pgscope, run_doc, top_finding
-from tests.plant import cold_page_cache
+from tests.plant import busy_neighbours, cold_page_cache
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 
@@ -31,12 +31,14 @@ shared_buffers = "128MB"
 activity = {}
 pgstats = {}
 host = {}
+statements = {}
 """
 
 # name -> (spec text, files it needs, the finding that must come first); every case gets
 # COMMON's settings, and its CASE_FLAGS after them (they win).
 CASE_FLAGS = {
     "datafile-read": ["--set", "shared_buffers=16MB"],  # the table is ~20x that
+    "small-shared-buffers": ["--set", "shared_buffers=16MB"],  # ~300 MB, in the OS cache
     "extension-lock-queue": ["--set", "synchronous_commit=off"],  # no commit flush to wait for
 }
 PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
@@ -92,6 +94,61 @@ PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
         {},
         "cpu-saturation",
     ),
+    # Beyond the named field cases: the work itself (statements, tables).
+    "missing-index": (
+        'scripts = ["lookup.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
+        {
+            "lookup.sql": "\\set k random(1, 100000)\nselect id, pad from items where val = :k;\n",
+            "schema.sql": "create table items(id int primary key, val int, pad text);\n"
+            "insert into items select g, g, md5(g::text) from generate_series(1, 100000) g;\n",
+        },
+        "seq-scan",
+    ),
+    "sort-spill": (
+        'scripts = ["sort.sql"]\nscale = 0\nclients = [4]\n',
+        {
+            "sort.sql": "select * from (select g, md5(g::text) m from generate_series(1, 150000) g "
+            "order by m) s offset 149999;\n"
+        },
+        "temp-spill",
+    ),
+    "dead-rows": (  # a large delete, and no vacuum after it
+        'scripts = ["count.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
+        {
+            "count.sql": "select count(*) from events where kind = 1;\n",
+            "schema.sql": "create table events(id int primary key, kind int, pad text) "
+            "with (autovacuum_enabled = off);\n"
+            "insert into events select g, g % 10, md5(g::text) from generate_series(1, 200000) g;\n"
+            "delete from events where id > 10000;\n",
+        },
+        "dead-rows",
+    ),
+    "many-indexes": (
+        'scripts = ["insert.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
+        {
+            "insert.sql": "insert into orders(a, b, c, d, e, f, g) "
+            "select r, r, r, r, r, r, r from (select (random() * 1e6)::int r) s;\n",
+            "schema.sql": "create table orders(id bigserial primary key, "
+            "a int, b int, c int, d int, e int, f int, g int);\n"
+            + "".join(f"create index on orders({c});\n" for c in "abcdefg"),
+        },
+        "index-write-amplification",
+    ),
+    "large-results": (
+        'scripts = ["big.sql"]\nscale = 0\nclients = [4]\n',
+        {"big.sql": "select g, repeat('x', 200) from generate_series(1, 20000) g;\n"},
+        "large-results",
+    ),
+    "small-shared-buffers": (
+        'workload = "select-only"\nscale = 20\nclients = [4]\n',
+        {},
+        "shared-buffers-small",
+    ),
+    "busy-neighbours": (
+        'workload = "select-only"\nscale = 1\nclients = [2]\n',
+        {},
+        "cpu-other-processes",
+    ),
 }
 
 
@@ -108,6 +165,8 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
             pytest.skip("evicting the server's files from the page cache needs root")
         # The cluster lands in this session's TMPDIR (conftest), which the server can reach.
         planted = cold_page_cache(Path(tempfile.gettempdir()))
+    if case == "busy-neighbours":
+        planted = busy_neighbours(4)  # twice the host's cores: the server gets a part
     with planted:
         result = pgscope(
             "run",

@@ -26,6 +26,15 @@ def table_exists(db: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(row and row[0])
 
 
+def column_exists(db: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    """Columns added in a later version: a store written before has none."""
+    row = db.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
+        [table, column],
+    ).fetchone()
+    return bool(row and row[0])
+
+
 class Queryable(Protocol):
     """What the analyses need of an open run store: rows as dicts, and which tables exist."""
 

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from pgscope.duck import connect, table_exists
+from pgscope.duck import column_exists, connect, table_exists
 from pgscope.errors import EnvironmentProblem, InputFileError
 
 __all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
@@ -391,6 +391,9 @@ class RunStore:
 
     def has_table(self, name: str) -> bool:
         return table_exists(self.db, name)
+
+    def has_column(self, table: str, column: str) -> bool:
+        return column_exists(self.db, table, column)
 
     def run_row(self) -> dict[str, Any]:
         rows = self.query("SELECT * FROM run")

@@ -5,7 +5,9 @@ what would refute it, and what to try. Weak or contradictory evidence is said as
 Ranking, in a run with variants: findings specific to some variants (or about the variants
 against each other) before those every variant shares, since in a comparison the shared ones
 are the background, not the answer; then findings on variants clearly slower than the fastest
-(they explain a loss; the fastest one's explain its ceiling); then confidence; then, among
+(they explain a loss; the fastest one's explain its ceiling); then causes before symptoms (a
+full scan or a spilling sort explains a CPU that is busy: "CPU-bound" alone does not say
+why); then confidence; then, among
 equally confident findings, the narrower one, which fewer variants show, since it is what sets
 the variants apart (in the syncrep recipe commits flush WAL in five variants but wait for a
 standby in four); then the score.
@@ -52,6 +54,10 @@ FACT_SOURCES = {
     "usl.": "a sweep of 3 or more client counts",
     "scaling.": "a sweep of 2 or more client counts",
     "variants.": "variants that change the setting in question",
+    "stmt.": "pg_stat_statements (the statements collector)",
+    "buffers.": "pg_stat_statements (the statements collector)",
+    "scan.": "the statements collector (table statistics)",
+    "table.": "the statements collector (table statistics)",
 }
 
 
@@ -68,7 +74,9 @@ class Rule:
     scope: str = "variant"
     require: list[list[Any]] = field(default_factory=list)
     weaken: list[list[Any]] = field(default_factory=list)
+    unless: list[list[Any]] = field(default_factory=list)
     name_from: str | None = None
+    symptom: bool = False
 
 
 def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str]]]:
@@ -119,6 +127,10 @@ def evaluate(
         assert fact is not None
         if not OPS[op](fact.value, float(threshold)):
             return None
+    for name, op, threshold, *_ in rule.unless:
+        fact = _resolve(sheet, name)
+        if fact is not None and OPS[op](fact.value, float(threshold)):
+            return None  # measured, and it rules the finding out
     score = sum(f.value for f in scored if f is not None)
     if score < rule.medium:
         return None
@@ -179,18 +191,48 @@ def diagnose(
             finding.breadth = len(found) / len(targets)
         findings += found
     loss = {s.variant: s.value("variants.loss_vs_fastest") or 0.0 for s in variant_sheets}
+    symptoms = {r.id for r in rules if r.symptom}
 
-    def rank(f: Finding) -> tuple[bool, bool, int, float, float]:
+    def rank(f: Finding) -> tuple[bool, bool, bool, int, float, float]:
         slower = loss.get(f.variant, 0.0) >= LOSS_THRESHOLD
-        return (f.specific, slower, LEVELS.index(f.confidence), -f.breadth, f.score)
+        level = LEVELS.index(f.confidence)
+        return (f.specific, slower, f.id not in symptoms, level, -f.breadth, f.score)
 
     findings.sort(key=rank, reverse=True)
     reported = [f for f in findings if f.confidence != "low"] or findings[:3]
     weak = not any(f.confidence != "low" for f in findings)
-    return Diagnosis(_verdict(reported, variant_sheets, weak), reported, not_assessed, weak)
+    verdict = _verdict(reported, variant_sheets, weak, symptoms)
+    if not reported or weak or reported[0].id in symptoms:
+        verdict += _where_time_goes(variant_sheets)
+    return Diagnosis(verdict, reported, not_assessed, weak)
 
 
-def _verdict(findings: list[Finding], sheets: list[FactSheet], weak: bool) -> str:
+def _where_time_goes(sheets: list[FactSheet]) -> str:
+    """When no finding says why: the facts that show where the time went, for the reader to
+    judge (the top statement, the most common wait), at the slowest variant's peak."""
+    if not sheets:
+        return ""
+    sheet = min(sheets, key=lambda s: s.value("tps") or 0.0)
+    shown = []
+    top = sheet.get("stmt.top_share")
+    if top is not None:
+        statement = top.label.split(": its share")[0]
+        shown.append(f"{statement} took {top.shown()} of the execution time")
+    waits = [f for n, f in sheet.facts.items() if n.startswith("wait.share.")]
+    if waits:
+        wait = max(waits, key=lambda f: f.value)
+        shown.append(
+            f"the most common wait was {wait.name.removeprefix('wait.share.')} "
+            f"({wait.shown()} of active time)"
+        )
+    if not shown:
+        return ""
+    return " No rule explains why; where the time went: " + "; ".join(shown) + "."
+
+
+def _verdict(
+    findings: list[Finding], sheets: list[FactSheet], weak: bool, symptoms: set[str]
+) -> str:
     if not findings:
         return (
             "No bottleneck stands out: no rule found its evidence. The run may be too short "
@@ -221,7 +263,8 @@ def _verdict(findings: list[Finding], sheets: list[FactSheet], weak: bool) -> st
             f"more repeats, or with more collectors before acting on it."
         )
     text = f"{opening}{top.title}{where}: {numbers}."
-    runner_up = next((f for f in findings[1:] if f.id != top.id), None)
+    # A symptom beside a cause is what the cause does (a full scan keeps the CPU busy).
+    runner_up = next((f for f in findings[1:] if f.id != top.id and f.id not in symptoms), None)
     if (
         runner_up is not None
         and runner_up.confidence == top.confidence

@@ -19,6 +19,7 @@ from pgscope.analyze.model import Fact, FactSheet, RunAnalysis
 from pgscope.analyze.scaling import Cell
 from pgscope.analyze.usdt import LatencySummary
 from pgscope.analyze.waits import Profile
+from pgscope.analyze.workfacts import work_facts
 
 __all__ = ["Fact", "FactSheet", "extract"]
 
@@ -46,6 +47,7 @@ WAIT_GROUPS: dict[str, tuple[str, ...]] = {
     "syncrep": ("IPC:SyncRep",),
     "datafile_read": ("IO:DataFileRead", "IO:DataFilePrefetch"),
     "client_read": ("Client:ClientRead",),
+    "client_write": ("Client:ClientWrite",),
 }
 # Functions on the statement-logging path (its user-space part, and this kernel's pipe write).
 LOGGING_FUNCTIONS = frozenset(
@@ -112,6 +114,7 @@ def _cell_sheet(
     _checkpoint_facts(sheet, analysis, variant)
     _profile_facts(sheet, analysis, variant, n)
     _traced_lock_facts(sheet, analysis, variant, n, profile)
+    work_facts(sheet, analysis, variant, n)
     return sheet
 
 
@@ -267,6 +270,15 @@ def _host_facts(
     ):
         sheet.add(
             name, value, "share", "host", f"{label}, share of the host's CPU time at {n} clients"
+        )
+    if row.other is not None:
+        sheet.add(
+            "host.other_cpu",
+            row.other,
+            "share",
+            "host",
+            f"CPU used by processes other than the servers', pgbench's and pgscope's (kernel "
+            f"threads aside), share of the host's CPU time at {n} clients",
         )
     # "CPU-bound" is about the CPUs the server may run on: pinned to 1 of 2, it saturates its
     # one core while the host looks half idle. Pinned to fewer CPUs than the host has,

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from pgscope.analyze import compare, pgstats, profile, timeline, usdt, waits
+from pgscope.analyze import compare, pgstats, profile, statements, timeline, usdt, waits
 from pgscope.analyze.diagnose import diagnose
 from pgscope.analyze.facts import extract
 from pgscope.analyze.model import (
@@ -97,6 +97,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         checkpoints=_checkpoints(db, steps, programs),
         cpu=_cpu(store, scaling),
         variants=_variants(rows, spec, declared),
+        statements=statements.read(db),
     )
 
 
@@ -264,10 +265,13 @@ def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
     walsender = waits.backend_cpu_aas(store.db, "walsender")
     host: list[HostCell] = []
     if store.has_table("host_cpu"):
+        newer = store.has_column("host_cpu", "own_share")  # before: no own or other shares
+        own, other = ("avg(h.own_share)", "avg(h.other_share)") if newer else ("NULL", "NULL")
         for row in store.query(
             "SELECT s.variant, s.clients, avg(h.busy) AS busy, avg(h.iowait_share) AS iowait, "
             "avg(h.steal_share) AS steal, avg(h.server_share) AS server, "
-            "avg(h.client_share) AS client, max(h.cpus) AS cpus "
+            f"avg(h.client_share) AS client, {own} AS own, {other} AS other, "
+            "max(h.cpus) AS cpus "
             "FROM host_cpu h "
             "JOIN steps s ON h.ts_us BETWEEN s.window_start_us AND s.window_end_us "
             "GROUP BY ALL ORDER BY ALL"
@@ -285,6 +289,8 @@ def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
                     row["client"],
                     row["cpus"],
                     walsender.get((row["variant"], row["clients"])),
+                    row["own"],
+                    row["other"],
                 )
             )
     if not store.has_table("profile_stacks"):

@@ -25,6 +25,7 @@ from pgscope.analyze.compare import Comparison
 from pgscope.analyze.pgstats import StepStats
 from pgscope.analyze.profile import FlameGraph, FunctionTable
 from pgscope.analyze.scaling import ScalingAnalysis
+from pgscope.analyze.statements import Statements
 from pgscope.analyze.timeline import Dip, Series
 from pgscope.analyze.usdt import Checkpoint, LatencySummary
 from pgscope.analyze.waits import WaitAnalysis
@@ -308,6 +309,8 @@ class HostCell:
     client: float | None  # pgbench
     cpus: int | None
     walsender_aas: float | None = None  # walsenders on CPU on average (activity sampling)
+    own: float | None = None  # pgscope and the tracers it started
+    other: float | None = None  # other user-space processes (kernel threads not counted)
 
 
 @dataclass(frozen=True)
@@ -355,6 +358,7 @@ class RunAnalysis:
     checkpoints: Checkpoints
     cpu: Cpu
     variants: Variants
+    statements: Statements = field(default_factory=Statements)  # per step, statements, tables
     facts: list[FactSheet] = field(default_factory=list)  # per cell, then the run's
     diagnosis: Diagnosis | None = None
 

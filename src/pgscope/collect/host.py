@@ -1,25 +1,31 @@
 """How busy the host is, each second: CPU by kind (user, system, iowait, steal, idle), and how
-much of it the cluster's processes and the load generator take.
+much of it the database servers, the load generator and pgscope itself take; the rest is
+other processes'.
 
-Why both: "CPU-bound" means the cores are busy, and it matters who keeps them busy. On a small
-host pgbench can take a third of the CPU, and then the client, not the server, is the limit.
+Why: "CPU-bound" means the cores are busy, and it matters who keeps them busy. On a small
+host pgbench can take a third of the CPU, and then the client, not the server, is the limit;
+beside another workload, the server may have only a part of what looks saturated.
 
-What it costs: reading /proc/stat and the stat files of the cluster's and pgbench's processes
-once a second (well under 1 ms). Works as any user for processes of the same user, and as root
-for all; for a server on another host it still measures this host (the load generator).
+The servers are every `postgres` process of the target's account (a topology's standbys
+too); processes shorter than a second (parallel workers, a connection per transaction) are
+counted through their postmaster, which holds their time once they exit.
+
+What it costs: reading /proc/stat and the stat files of the processes once a second (a few
+ms: one scan of /proc). Works as any user for processes of the same user, and as root for
+all; for a server on another host it still measures this host (the load generator).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect.base import Availability, CollectorContext, CollectorEnv
 from pgscope.collect.polling import ThreadCollector
-from pgscope.proc import child_pids
 from pgscope.store import now_us
 
 SCHEMA = """
@@ -32,8 +38,10 @@ CREATE TABLE IF NOT EXISTS host_cpu (
     system_share DOUBLE,        -- system + irq + softirq
     iowait_share DOUBLE,
     steal_share DOUBLE,         -- taken by the hypervisor for other guests
-    server_share DOUBLE,        -- share of all CPU time used by the cluster's processes
-    client_share DOUBLE         -- ... by pgbench processes started by pgscope
+    server_share DOUBLE,        -- share of all CPU time used by the servers' processes
+    client_share DOUBLE,        -- ... by pgbench processes started by pgscope
+    own_share DOUBLE,           -- ... by pgscope itself and the tracers it started
+    other_share DOUBLE          -- ... by other user-space processes (not kernel threads)
 );
 """
 
@@ -46,27 +54,41 @@ def _cpu_times() -> dict[str, int]:
     return {name: int(value) for name, value in zip(names, fields, strict=False)}
 
 
-def _process_ticks(pid: int) -> int:
-    """utime + stime of one process (clock ticks); 0 if it is gone."""
+def _process_ticks(pid: int, reaped: bool = False) -> int:
+    """utime + stime of one process (clock ticks), with `reaped` also that of its children
+    that exited and were waited for (cutime + cstime); 0 if it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0
-    return int(fields[11]) + int(fields[12])
+    own = int(fields[11]) + int(fields[12])
+    return own + int(fields[13]) + int(fields[14]) if reaped else own
 
 
-def _comm(pid: int) -> str | None:
-    """A process's command name; None once it is gone (it may exit between any two reads:
-    a vanished /proc/PID/comm once ended the collector, and the CPU evidence, mid-run)."""
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return None
+@dataclass(frozen=True)
+class _Process:
+    uid: int
+    name: str
+    parent: int
 
 
-def _pgbench_pids() -> list[int]:
-    """pgbench processes whose parent is this process (the ones pgscope started)."""
-    return [pid for pid in child_pids(os.getpid()) if _comm(pid) == "pgbench"]
+def _processes() -> dict[int, _Process]:
+    """Every process of the host, by pid (one scan of /proc)."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            uid = entry.stat().st_uid
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 1 :]
+        found[int(entry.name)] = _Process(uid, name, int(rest.split()[1]))
+    return found
+
+
+KTHREADD = 2  # the kernel's threads' parent: their work (I/O, journaling) serves every process
 
 
 class HostOptions(BaseModel):
@@ -83,6 +105,9 @@ class HostCollector(ThreadCollector):
     Options = HostOptions
 
     options: HostOptions
+    roots: set[int]  # the postmasters seen at the last second
+    reaped: int  # their own ticks and their exited children's, then
+    children: set[int]  # their children then
 
     @classmethod
     def check(cls, env: CollectorEnv) -> Availability:
@@ -93,9 +118,42 @@ class HostCollector(ThreadCollector):
     def prepare(self, ctx: CollectorContext) -> None:
         ctx.store.ensure_schema(SCHEMA)
 
-    def _server_pids(self) -> list[int]:
-        pid = self.ctx.postmaster_pid()
-        return [pid, *child_pids(pid)] if pid else []
+    def _ticks(self, seen: dict[int, int]) -> tuple[int, int, int, int]:
+        """Ticks used since the last call by the database servers, pgbench, pgscope and the
+        other user-space processes.
+
+        The servers are every `postgres` process of the target's account (a topology's
+        standbys too, and other clusters of that account). A process that lived less than the
+        interval (a parallel worker, the backend of a connection per transaction) is never
+        seen alive: its postmaster, which waits for its children, holds its time (cutime),
+        less what was counted while it was seen alive. pgscope is this process (the
+        collectors' threads) and the tracers and profilers it started."""
+        processes = _processes()
+        me = os.getpid()
+        postmaster = self.ctx.postmaster_pid()
+        owner = processes[postmaster].uid if postmaster in processes else None
+        servers = {pid for pid, p in processes.items() if p.name == "postgres" and p.uid == owner}
+        roots = {pid for pid in servers if processes[pid].parent not in servers}
+        children = servers - roots
+        clients = {pid for pid, p in processes.items() if p.parent == me and p.name == "pgbench"}
+        own = {me} | {pid for pid, p in processes.items() if p.parent == me} - clients - servers
+        others = {
+            pid
+            for pid, p in processes.items()
+            if pid not in servers | clients | own and KTHREADD not in (pid, p.parent)
+        }
+        server = self._ticks_since(sorted(children), seen)
+        reaped = sum(_process_ticks(pid, reaped=True) for pid in roots)
+        counted = sum(seen.pop(pid, 0) for pid in self.children - children)
+        if roots == self.roots:  # else a server started or stopped: a new baseline
+            server += max(0, reaped - self.reaped - counted)
+        self.roots, self.reaped, self.children = roots, reaped, children
+        return (
+            server,
+            self._ticks_since(sorted(clients), seen),
+            self._ticks_since(sorted(own), seen),
+            self._ticks_since(sorted(others), seen),
+        )
 
     def run_loop(self) -> None:
         self._sample_until_stopped()
@@ -104,16 +162,16 @@ class HostCollector(ThreadCollector):
         cpus = len(os.sched_getaffinity(0))
         previous = _cpu_times()
         seen: dict[int, int] = {}  # pid -> ticks at the previous second (backends come and go)
+        self.roots, self.reaped, self.children = set(), 0, set()
         # A baseline, so that the first second does not count what processes used before.
-        self._ticks_since(self._server_pids() + _pgbench_pids(), seen)
+        self._ticks(seen)
         last = time.monotonic()
         while not self.stop_event.wait(self.options.interval_s):
             now = time.monotonic()
             current = _cpu_times()
             delta = {k: current[k] - previous.get(k, 0) for k in current}
             total = sum(delta.values()) or 1
-            server = self._ticks_since(self._server_pids(), seen)
-            client = self._ticks_since(_pgbench_pids(), seen)
+            server, client, own, other = self._ticks(seen)
             elapsed_ticks = (now - last) * CLOCK_TICKS * (os.cpu_count() or cpus)
             self.store.append(
                 "host_cpu",
@@ -130,6 +188,8 @@ class HostCollector(ThreadCollector):
                     "steal_share": [delta.get("steal", 0) / total],
                     "server_share": [server / elapsed_ticks if elapsed_ticks else None],
                     "client_share": [client / elapsed_ticks if elapsed_ticks else None],
+                    "own_share": [own / elapsed_ticks if elapsed_ticks else None],
+                    "other_share": [other / elapsed_ticks if elapsed_ticks else None],
                 },
             )
             previous, last = current, now

@@ -6,6 +6,7 @@ is readable by every user of the host.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,18 @@ class ConnParams:
         if options:
             kwargs["options"] = options
         try:
-            return psycopg.connect(autocommit=autocommit, **kwargs)  # type: ignore[arg-type]
+            session = psycopg.connect(autocommit=autocommit, **kwargs)  # type: ignore[arg-type]
         except psycopg.OperationalError as exc:
             reason = str(exc).strip() or "no reason given"
             raise TargetError(f"cannot connect to {self.conninfo()}: {reason}") from None
+        if autocommit:
+            _untracked(session)
+        return session
+
+
+def _untracked(session: psycopg.Connection[Any]) -> None:
+    """pgscope's own statements stay out of pg_stat_statements, where the session may say so
+    (a superuser's, as on an embedded cluster): they are not the workload's."""
+    # On a user's server, as an unprivileged role, it may not: its statements are counted.
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        session.execute("SET pg_stat_statements.track = 'none'")

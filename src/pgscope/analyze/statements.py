@@ -1,0 +1,179 @@
+"""Statements and tables per step, from the `statements` collector's readings: what each
+statement and each table did between the reading just before a step's load and the one just
+after (warm-up included on both sides).
+
+Counters are differences; live and dead rows, index counts and sizes are the end reading's.
+A statement or table first seen at a step's end counts from zero. Pure functions of the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from pgscope.duck import table_exists
+
+BLOCK_BYTES = 8192  # PostgreSQL's default block size: temp and shared blocks are counted in it
+
+
+@dataclass(frozen=True)
+class StatementStep:
+    """One statement's work during one step (pg_stat_statements)."""
+
+    step_id: int
+    queryid: int
+    calls: float
+    exec_ms: float
+    plan_ms: float
+    rows: float
+    shared_hit: float
+    shared_read: float
+    shared_dirtied: float
+    shared_written: float
+    temp_read: float
+    temp_written: float
+    wal_records: float
+    wal_fpi: float
+    wal_bytes: float
+    jit_ms: float
+
+
+@dataclass(frozen=True)
+class TableStep:
+    """One table's statistics during one step (pg_stat_user_tables, pg_statio_user_tables)."""
+
+    step_id: int
+    relname: str
+    seq_scan: float
+    seq_tup_read: float
+    idx_scan: float
+    idx_tup_fetch: float
+    n_tup_ins: float
+    n_tup_upd: float
+    n_tup_hot_upd: float
+    n_tup_del: float
+    vacuums: float
+    analyzes: float
+    heap_blks_read: float
+    heap_blks_hit: float
+    idx_blks_read: float
+    idx_blks_hit: float
+    n_live_tup: float  # at the step's end
+    n_dead_tup: float
+    indexes: int
+    heap_bytes: float
+    index_bytes: float
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The section: per step, what statements and tables did; the statements' texts."""
+
+    read: bool = False  # the collector ran
+    statements_read: bool = False  # pg_stat_statements was there to read
+    statements: list[StatementStep] = field(default_factory=list)
+    tables: list[TableStep] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)  # queryid (as text) -> normalised SQL
+
+
+_STATEMENT_COUNTERS = (
+    "calls",
+    "exec_ms",
+    "plan_ms",
+    "rows",
+    "shared_hit",
+    "shared_read",
+    "shared_dirtied",
+    "shared_written",
+    "temp_read",
+    "temp_written",
+    "wal_records",
+    "wal_fpi",
+    "wal_bytes",
+    "jit_ms",
+)
+_TABLE_COUNTERS = (
+    "seq_scan",
+    "seq_tup_read",
+    "idx_scan",
+    "idx_tup_fetch",
+    "n_tup_ins",
+    "n_tup_upd",
+    "n_tup_hot_upd",
+    "n_tup_del",
+    "vacuums",
+    "analyzes",
+    "heap_blks_read",
+    "heap_blks_hit",
+    "idx_blks_read",
+    "idx_blks_hit",
+)
+_TABLE_GAUGES = ("n_live_tup", "n_dead_tup", "indexes", "heap_bytes", "index_bytes")
+_INTS = ("step_id", "indexes")
+
+
+def _deltas(counters: tuple[str, ...]) -> str:
+    return ", ".join(
+        f"greatest(0, coalesce(e.{c}, 0) - coalesce(s.{c}, 0)) AS {c}" for c in counters
+    )
+
+
+def read(db: duckdb.DuckDBPyConnection) -> Statements:
+    if not table_exists(db, "table_readings"):
+        return Statements()
+    absent = db.execute(
+        "SELECT count(*) FROM events WHERE kind = 'statements' AND detail LIKE '%absent%'"
+    ).fetchone()
+    statements = [
+        StatementStep(int(r[0]), int(r[1]), *(float(v) for v in r[2:]))
+        for r in db.execute(
+            f"SELECT e.step_id, e.queryid, {_deltas(_STATEMENT_COUNTERS)} "
+            "FROM statement_readings e LEFT JOIN statement_readings s "
+            "ON s.step_id = e.step_id AND s.queryid = e.queryid AND s.mark = 'start' "
+            "WHERE e.mark = 'end' ORDER BY e.step_id, e.queryid"
+        ).fetchall()
+        if r[2]  # called during the step
+    ]
+    gauges = ", ".join(f"coalesce(e.{c}, 0) AS {c}" for c in _TABLE_GAUGES)
+    names = ("step_id", "relname", *_TABLE_COUNTERS, *_TABLE_GAUGES)
+    tables = [
+        _table_step(dict(zip(names, r, strict=True)))
+        for r in db.execute(
+            f"SELECT e.step_id, e.relname, {_deltas(_TABLE_COUNTERS)}, {gauges} "
+            "FROM table_readings e LEFT JOIN table_readings s "
+            "ON s.step_id = e.step_id AND s.relname = e.relname AND s.mark = 'start' "
+            "WHERE e.mark = 'end' ORDER BY e.step_id, e.relname"
+        ).fetchall()
+    ]
+    # pgscope's own sessions turn tracking off with a statement that is itself tracked.
+    own = {
+        int(q)
+        for (q,) in db.execute(
+            "SELECT queryid FROM statement_texts WHERE query ILIKE 'SET pg_stat_statements.track%'"
+        ).fetchall()
+    }
+    statements = [s for s in statements if s.queryid not in own]
+    called = {s.queryid for s in statements}
+    texts = {
+        str(q): str(t)
+        for q, t in db.execute(
+            "SELECT queryid, any_value(query) FROM statement_texts GROUP BY 1"
+        ).fetchall()
+        if int(q) in called
+    }
+    return Statements(
+        read=True,
+        statements_read=not (absent and absent[0]),
+        statements=statements,
+        tables=tables,
+        texts=texts,
+    )
+
+
+def _table_step(row: dict[str, Any]) -> TableStep:
+    values: dict[str, Any] = {
+        k: str(v) if k == "relname" else int(v) if k in _INTS else float(v) for k, v in row.items()
+    }
+    return TableStep(**values)

@@ -1,0 +1,295 @@
+"""Facts about the work itself, per cell: which statements took the execution time and how they
+did it (rows, blocks, temp files, WAL), and what the tables went through (sequential scans,
+dead rows, index writes, buffer misses). From the `statements` section of the analysis; the
+statement facts need pg_stat_statements, the table facts only the statistics views.
+
+Each fact names the statement (id and normalised text) or the table it is about in its label,
+and the table in its name's last part where a rule names it (`scan.seq_rows.<table>`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+from pgscope.analyze.model import FactSheet, RunAnalysis
+from pgscope.analyze.statements import BLOCK_BYTES, StatementStep, TableStep
+
+# A statement touching this many blocks (8 kB) per row it returns reads far more than it
+# gives: a lookup by index touches 3-5 (the tree's levels and the heap page).
+SCAN_BLOCKS_PER_ROW = 100
+SOURCE = "statements"
+
+
+@dataclass
+class _Sum:
+    """A statement's or table's counters summed over a cell's steps."""
+
+    values: dict[str, float]
+
+    def __getitem__(self, key: str) -> float:
+        return self.values.get(key, 0.0)
+
+
+def _summed(rows: Sequence[StatementStep | TableStep], key: str) -> dict[str, _Sum]:
+    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    gauges = {"n_live_tup", "n_dead_tup", "indexes", "heap_bytes", "index_bytes"}
+    for row in sorted(rows, key=lambda r: r.step_id):
+        target = out[str(getattr(row, key))]
+        for f in fields(row):
+            value = getattr(row, f.name)
+            if f.name in ("step_id", key) or not isinstance(value, int | float):
+                continue
+            if f.name in gauges:
+                target[f.name] = float(value)  # the last step's reading
+            else:
+                target[f.name] += float(value)
+    return {k: _Sum(dict(v)) for k, v in out.items()}
+
+
+def _quoted(text: str | None, width: int = 90) -> str:
+    if not text:
+        return "(text not kept)"
+    flat = " ".join(text.split())
+    return f'"{flat[:width]}{"…" if len(flat) > width else ""}"'
+
+
+def work_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> None:
+    section = analysis.statements
+    if not section.read:
+        return
+    steps = {s.step_id for s in analysis.steps if s.variant == variant and s.clients == n}
+    xacts = sum(s.xacts or 0 for s in analysis.steps if s.step_id in steps)
+    statements = _summed([s for s in section.statements if s.step_id in steps], "queryid")
+    tables = _summed([t for t in section.tables if t.step_id in steps], "relname")
+    rows_returned = None
+    if section.statements_read:
+        rows_returned = _statement_facts(sheet, statements, section.texts, n)
+    _table_facts(sheet, tables, rows_returned, xacts, n)
+
+
+def _statement_facts(
+    sheet: FactSheet, statements: dict[str, _Sum], texts: dict[str, str], n: int
+) -> float | None:
+    """Facts from pg_stat_statements; returns the rows the statements returned in all."""
+    work = {q: s for q, s in statements.items() if s["calls"] > 0}
+    total_ms = sum(s["exec_ms"] for s in work.values())
+    if not work or total_ms <= 0:
+        return None
+
+    def share(chosen: dict[str, _Sum]) -> float:
+        return sum(s["exec_ms"] for s in chosen.values()) / total_ms
+
+    def name(queryid: str) -> str:
+        return f"query {queryid} {_quoted(texts.get(queryid))}"
+
+    top_id, top = max(work.items(), key=lambda kv: kv[1]["exec_ms"])
+    sheet.add(
+        "stmt.top_share",
+        top["exec_ms"] / total_ms,
+        "share",
+        SOURCE,
+        f"{name(top_id)}: its share of the statements' execution time at {n} clients",
+    )
+    sheet.add(
+        "stmt.top.rows_per_call",
+        top["rows"] / top["calls"],
+        "count",
+        SOURCE,
+        f"rows returned or changed per call of query {top_id}",
+    )
+    sheet.add(
+        "stmt.top.blocks_per_row",
+        (top["shared_hit"] + top["shared_read"]) / max(top["rows"], top["calls"]),
+        "count",
+        SOURCE,
+        f"shared blocks touched per row of query {top_id} (a lookup by index touches 3-5)",
+    )
+    heavy = {
+        q: s
+        for q, s in work.items()
+        if (s["shared_hit"] + s["shared_read"]) / max(s["rows"], s["calls"]) >= SCAN_BLOCKS_PER_ROW
+    }
+    heaviest = max(heavy, key=lambda q: heavy[q]["exec_ms"], default=None)
+    sheet.add(
+        "stmt.scan_heavy_share",
+        share(heavy),
+        "share",
+        SOURCE,
+        f"execution time in statements touching ≥{SCAN_BLOCKS_PER_ROW} blocks per row they "
+        f"return{f', most of it {name(heaviest)}' if heaviest else ''}, at {n} clients",
+    )
+    spilling = {q: s for q, s in work.items() if s["temp_written"] > 0}
+    sheet.add(
+        "stmt.temp_share",
+        share(spilling),
+        "share",
+        SOURCE,
+        f"execution time in statements that write temporary files, at {n} clients",
+    )
+    if spilling:
+        spill_id, spill = max(spilling.items(), key=lambda kv: kv[1]["exec_ms"])
+        per_call = spill["temp_written"] * BLOCK_BYTES / spill["calls"]
+        sheet.add(
+            "stmt.temp_bytes_per_call",
+            per_call,
+            "bytes",
+            SOURCE,
+            f"temporary file bytes written per call of {name(spill_id)}",
+        )
+        fit_mb = 1
+        while fit_mb * 2**20 < 2 * per_call:  # in memory a sort takes about twice its file
+            fit_mb *= 2
+        sheet.add(
+            "stmt.work_mem_fit",
+            fit_mb * 2**20,
+            "bytes",
+            SOURCE,
+            f"a work_mem that would keep it in memory: {fit_mb} MB (set per session or role)",
+        )
+    writing = {q: s for q, s in work.items() if s["wal_bytes"] > 0}
+    sheet.add(
+        "stmt.write_share",
+        share(writing),
+        "share",
+        SOURCE,
+        f"execution time in statements that write WAL (change rows), at {n} clients",
+    )
+    plan_ms = sum(s["plan_ms"] for s in work.values())
+    sheet.add(
+        "stmt.plan_share",
+        plan_ms / (plan_ms + total_ms),
+        "share",
+        SOURCE,
+        f"planning's share of the statements' time at {n} clients",
+    )
+    hit = sum(s["shared_hit"] for s in work.values())
+    read = sum(s["shared_read"] for s in work.values())
+    if hit + read > 0:
+        sheet.add(
+            "buffers.miss_share",
+            read / (hit + read),
+            "share",
+            SOURCE,
+            f"shared blocks not found in shared_buffers (read from the OS) at {n} clients",
+        )
+    return sum(s["rows"] for s in work.values())
+
+
+def _table_facts(
+    sheet: FactSheet, tables: dict[str, _Sum], rows_returned: float | None, xacts: int, n: int
+) -> None:
+    if not tables:
+        return
+    seq = sum(t["seq_tup_read"] for t in tables.values())
+    fetched = sum(t["idx_tup_fetch"] for t in tables.values())
+    if seq + fetched > 0:
+        sheet.add(
+            "scan.seq_share",
+            seq / (seq + fetched),
+            "share",
+            SOURCE,
+            f"rows read by sequential scans, of all rows read from tables, at {n} clients",
+        )
+    if rows_returned:
+        sheet.add(
+            "scan.seq_rows_per_row",
+            seq / rows_returned,
+            "count",
+            SOURCE,
+            f"rows read by sequential scans per row the statements returned, at {n} clients",
+        )
+    if xacts:
+        for rel, t in tables.items():
+            if t["seq_tup_read"] > 0:
+                sheet.add(
+                    f"scan.seq_rows.{rel}",
+                    t["seq_tup_read"] / xacts,
+                    "count",
+                    SOURCE,
+                    f"rows of {rel} read by sequential scans per transaction "
+                    f"({t['seq_scan'] / xacts:.2g} scans per transaction)",
+                )
+    _dead_row_facts(sheet, tables, n)
+    _index_write_facts(sheet, tables, n)
+
+
+def _dead_row_facts(sheet: FactSheet, tables: dict[str, _Sum], n: int) -> None:
+    """The most-read table's dead rows: every scan of it, sequential or by index, visits them."""
+    read = {r: t["seq_tup_read"] + t["idx_tup_fetch"] for r, t in tables.items()}
+    total = sum(read.values())
+    if total <= 0:
+        return
+    rel = max(read, key=lambda r: read[r])
+    t = tables[rel]
+    rows = t["n_live_tup"] + t["n_dead_tup"]
+    if rows <= 0:
+        return
+    sheet.add(
+        "table.read_share",
+        read[rel] / total,
+        "share",
+        SOURCE,
+        f"share of the rows read from tables that come from {rel}, at {n} clients",
+    )
+    sheet.add(
+        "table.read_dead_share",
+        t["n_dead_tup"] / rows,
+        "share",
+        SOURCE,
+        f"dead rows in {rel}, the most-read table: {t['n_dead_tup']:,.0f} dead, "
+        f"{t['n_live_tup']:,.0f} live",
+    )
+    sheet.add(
+        f"table.read_dead.{rel}",
+        t["n_dead_tup"] / rows,
+        "share",
+        SOURCE,
+        f"dead rows' share of {rel}",
+    )
+    blocks = t["heap_blks_hit"] + t["heap_blks_read"]
+    if read[rel] > 0 and blocks > 0:
+        sheet.add(
+            "table.read_blocks_per_row",
+            blocks / read[rel],
+            "ratio",
+            SOURCE,
+            f"heap blocks of {rel} touched per live row read",
+        )
+
+
+def _index_write_facts(sheet: FactSheet, tables: dict[str, _Sum], n: int) -> None:
+    """The most-written table: every row inserted or updated without HOT writes an entry in
+    each of its indexes, and the WAL for it."""
+    written = {r: t["n_tup_ins"] + t["n_tup_upd"] + t["n_tup_del"] for r, t in tables.items()}
+    if not written or max(written.values()) <= 0:
+        return
+    rel = max(written, key=lambda r: written[r])
+    t = tables[rel]
+    non_hot = t["n_tup_upd"] - t["n_tup_hot_upd"]
+    entries = t["indexes"] * (t["n_tup_ins"] + non_hot)
+    if t["n_tup_upd"] > 0:
+        sheet.add(
+            "table.non_hot_share",
+            non_hot / t["n_tup_upd"],
+            "share",
+            SOURCE,
+            f"updates of {rel} that could not be HOT (each writes every index)",
+        )
+    per_row = entries / written[rel]
+    sheet.add(
+        "table.index_writes_per_row",
+        per_row,
+        "count",
+        SOURCE,
+        f"index entries written per row changed in {rel}, the most-written table "
+        f"({t['indexes']:.0f} indexes) at {n} clients",
+    )
+    sheet.add(
+        f"table.index_writes.{rel}",
+        per_row,
+        "count",
+        SOURCE,
+        f"index entries written per row changed in {rel}",
+    )
