@@ -65,7 +65,7 @@ def test_a_log_cut_off_mid_line_counts_only_whole_transactions(tmp_path: Path) -
     lines.append("0 12 failed 0 " + str(base + 3) + " 1")  # a real failure stays one
     log = tmp_path / "xact.1"
     log.write_text("\n".join(lines) + "\n0 13 1013 0 17954")  # cut inside the end time
-    stats, seconds = analyse_logs([log], warmup_s=0.0)
+    stats, seconds, _ = analyse_logs([log], warmup_s=0.0)
     assert [s.second_us for s in seconds] == [(base + k) * 1_000_000 for k in range(4)]
     assert sum(s.xacts for s in seconds) == 13
     assert sum(s.failed for s in seconds) == 1
@@ -90,8 +90,9 @@ def test_a_real_run_gives_live_progress_and_exact_percentiles(
     assert run.started_us < rows[0].ts_us <= run.ended_us
     files = run.log_files()
     assert len(files) == 2, "one log per pgbench thread"
-    stats, seconds = analyse_logs(files, warmup_s=1.0)
+    stats, seconds, outcomes = analyse_logs(files, warmup_s=1.0)
     assert stats is not None
+    assert outcomes.succeeded == stats.xacts and outcomes.failed == 0 == outcomes.retried
     assert 0 < stats.p50_ms <= stats.p90_ms <= stats.p95_ms <= stats.p99_ms <= stats.max_ms
     # The window excludes the first second; tps over it agrees with pgbench's own figure.
     assert stats.window_end_us - stats.window_start_us < 2.2e6
@@ -122,5 +123,6 @@ def test_read_only_is_enforced_by_the_server(
     )
     assert not run.ok
     assert "read-only transaction" in (run.error or "")
+    assert run.workload_error is None, "pgscope's guard refused it: not the workload's result"
     with pytest.raises(RefusedError, match="--allow-writes"):
         read_only.initialise(2, allow_writes=False)

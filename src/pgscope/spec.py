@@ -113,6 +113,9 @@ class Spec(BaseModel):
     init_sql: str | None = None  # run once before the first step
     scale: Annotated[int, Field(ge=0)] = 10  # pgbench -i scale; 0 = no pgbench tables needed
     protocol: Literal["simple", "extended", "prepared"] = "prepared"
+    # pgbench --max-tries: how often a transaction that failed with a serialization or
+    # deadlock error is tried in all; 1 = never retried, 0 = until it succeeds or the step ends.
+    max_tries: Annotated[int, Field(ge=0, le=1000)] = 1
     # Steps: every (variant, clients) cell is measured `repeats` times.
     clients: list[Annotated[int, Field(ge=1, le=10000)]] | Literal["auto"] = "auto"
     duration: Annotated[float, Field(gt=0, le=86400)] = 30.0  # measured seconds per step

@@ -23,7 +23,9 @@ from pgscope.errors import EnvironmentProblem, InputFileError
 
 __all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
 
-SCHEMA_VERSION = 3  # 2: collectors, collector_gaps; 3: timeline.instance, step_instances
+# 2: collectors, collector_gaps; 3: timeline.instance, step_instances; 4: steps' transaction
+# outcomes (succeeded ... retries) and workload_error, status "errors"
+SCHEMA_VERSION = 4
 STORE_FILE = "run.duckdb"
 
 _SCHEMA = """
@@ -76,7 +78,14 @@ CREATE TABLE IF NOT EXISTS steps (
     p99_ms DOUBLE,
     p999_ms DOUBLE,
     max_ms DOUBLE,
-    xact_log VARCHAR
+    xact_log VARCHAR,
+    succeeded BIGINT,
+    failed_serialization BIGINT,
+    failed_deadlock BIGINT,
+    failed_other BIGINT,
+    retried BIGINT,
+    retries BIGINT,
+    workload_error VARCHAR
 );
 CREATE TABLE IF NOT EXISTS timeline (
     step_id INTEGER, ts_us BIGINT, tps DOUBLE, latency_ms DOUBLE, latency_stddev_ms DOUBLE,
@@ -122,6 +131,13 @@ STEP_RESULT_COLUMNS = (
     "p999_ms",
     "max_ms",
     "xact_log",
+    "succeeded",
+    "failed_serialization",
+    "failed_deadlock",
+    "failed_other",
+    "retried",
+    "retries",
+    "workload_error",
 )
 
 

@@ -58,6 +58,7 @@ FACT_SOURCES = {
     "buffers.": "pg_stat_statements (the statements collector)",
     "scan.": "the statements collector (table statistics)",
     "table.": "the statements collector (table statistics)",
+    "xact.": "pgbench's transaction log",
 }
 
 
@@ -77,6 +78,8 @@ class Rule:
     unless: list[list[Any]] = field(default_factory=list)
     name_from: str | None = None
     symptom: bool = False
+    # "{name}" is this fact's label (a cause, in words); its name's suffix picks the advice
+    quote_from: str | None = None
 
 
 def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str]]]:
@@ -87,7 +90,8 @@ def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str
     )
     data = tomllib.loads(text)
     rules = [Rule(**rule) for rule in data["rules"]]
-    return rules, {k: list(v) for k, v in data.get("lwlock_advice", {}).items()}
+    tables = ("lwlock_advice", "cause_advice")  # per LWLock tranche; per cause of failure
+    return rules, {k: list(v) for t in tables for k, v in data.get(t, {}).items()}
 
 
 def _resolve(sheet: FactSheet, name: str) -> Fact | None:
@@ -152,6 +156,11 @@ def evaluate(
             )
         title = title.replace("{name}", suffix or "?")
         recommendations = advice.get(suffix, []) + recommendations
+    elif rule.quote_from:
+        quoted = _resolve(sheet, rule.quote_from)
+        title = title.replace("{name}", quoted.label if quoted is not None else "?")
+        if quoted is not None:
+            recommendations = advice.get(quoted.name.rsplit(".", 1)[-1], []) + recommendations
     evidence = [fact for name in rule.evidence if (fact := _resolve(sheet, name)) is not None]
     return Finding(
         rule.id,

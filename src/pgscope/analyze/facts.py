@@ -77,9 +77,13 @@ def extract(analysis: RunAnalysis) -> list[FactSheet]:
     (variant comparisons)."""
     sheets: list[FactSheet] = []
     for variant in analysis.scalability.variants():
-        cells = [c for c in analysis.scalability.cells if c.variant == variant and c.tps_mean]
+        own = [c for c in analysis.scalability.cells if c.variant == variant]
+        measured = [c for c in own if c.tps_mean]
+        # A cell whose every step errored (the workload's SQL raised an error) has no tps, but
+        # what failed is its finding: it gets a sheet, with the failure facts.
+        cells = [c for c in own if c.tps_mean or c.errored_steps]
         peak = max((c.clients for c in cells), default=None)
-        sheets += [_cell_sheet(analysis, variant, cells, c, c.clients == peak) for c in cells]
+        sheets += [_cell_sheet(analysis, variant, measured, c, c.clients == peak) for c in cells]
     _loss_facts(sheets)
     sheets.append(_run_sheet(analysis))
     return sheets
@@ -104,8 +108,9 @@ def _cell_sheet(
         "spec",
         "the highest client count measured" if peak else "the client count of this cell",
     )
-    upto = [c for c in cells if c.clients <= n]
-    _scaling_facts(sheet, analysis, variant, upto)
+    if cell.tps_mean:
+        _scaling_facts(sheet, analysis, variant, [c for c in cells if c.clients <= n])
+    _failure_facts(sheet, analysis, variant, n)
     profile = _wait_facts(sheet, analysis, variant, n)
     pinned = _variant_settings(analysis, variant).get("pgscope.cpus")
     _host_facts(sheet, analysis, variant, n, int(pinned) if pinned is not None else None)
@@ -155,6 +160,106 @@ def _scaling_facts(
         sheet.add("usl.kappa", fit.kappa, "share", "usl", "USL coherency κ")
         if fit.n_star is not None:
             sheet.add("usl.n_star", fit.n_star, "clients", "usl", "USL peak N*")
+
+
+def _failure_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> None:
+    """How the cell's transactions ended (pgbench's transaction log, after each one's last
+    try): the shares that failed, by kind, and that needed retries, over the cell's steps;
+    attempted against effective (succeeded) throughput; and the steps whose clients pgbench
+    aborted on an error of the workload's own SQL, with the server's message. The largest
+    cause is `xact.cause.<kind>` (serialization, deadlock, other, workload_error), named in
+    its label: a finding's title quotes it."""
+    steps = [s for s in analysis.steps if s.variant == variant and s.clients == n]
+    measured = [s for s in steps if s.status in ("ok", "errors")]
+    counted = [(s, a) for s in measured if (a := s.attempted_xacts) is not None]
+    source = "pgbench log"
+    attempted = sum(a for _, a in counted)
+    causes: list[tuple[float, str, str]] = []  # (share, kind, in words)
+    if attempted:
+
+        def share(values: list[int | None]) -> float:
+            return sum(v or 0 for v in values) / attempted
+
+        succeeded = sum(s.succeeded_xacts or 0 for s, _ in counted)
+        kinds = {
+            "serialization": share([s.failed_serialization for s, _ in counted]),
+            "deadlock": share([s.failed_deadlock for s, _ in counted]),
+            "other": share([s.failed_other for s, _ in counted]),
+        }
+        of = f"share of those attempted at {n} clients"
+        sheet.add(
+            "xact.failed_share",
+            1 - succeeded / attempted,
+            "share",
+            source,
+            f"transactions that failed (after their last try), {of}",
+        )
+        sheet.add(
+            "xact.serialization_share",
+            kinds["serialization"],
+            "share",
+            source,
+            f"transactions that failed on a serialization error (SQLSTATE 40001), {of}",
+        )
+        sheet.add(
+            "xact.deadlock_share",
+            kinds["deadlock"],
+            "share",
+            source,
+            f"transactions that failed on a deadlock (SQLSTATE 40P01), {of}",
+        )
+        sheet.add(
+            "xact.retried_share",
+            share([s.retried_xacts for s, _ in counted]),
+            "share",
+            source,
+            f"transactions that needed more than one try (pgbench --max-tries), {of}",
+        )
+        causes += [
+            (kinds["serialization"], "serialization", "serialization failures"),
+            (kinds["deadlock"], "deadlock", "deadlocks"),
+            (kinds["other"], "other", "other errors"),
+        ]
+        rates = [
+            (a / seconds, (s.succeeded_xacts or 0) / seconds)
+            for s, a in counted
+            if s.window_start_us is not None
+            and s.window_end_us is not None
+            and (seconds := (s.window_end_us - s.window_start_us) / 1e6) > 0
+        ]
+        if rates:
+            sheet.add(
+                "xact.attempted_tps",
+                statistics.fmean(r[0] for r in rates),
+                "tps",
+                source,
+                f"transactions attempted per second (succeeded or failed) at {n} clients",
+            )
+            sheet.add(
+                "xact.effective_tps",
+                statistics.fmean(r[1] for r in rates),
+                "tps",
+                source,
+                f"transactions that succeeded per second at {n} clients",
+            )
+    errored = [s for s in steps if s.workload_error]
+    if errored:
+        quoted = '"' + " ".join((errored[0].workload_error or "").split()) + '"'
+        every = len(errored) == len(steps) and not any(s.succeeded_xacts for s in steps)
+        sheet.add(
+            "xact.workload_error",
+            len(errored) / len(steps),
+            "share",
+            source,
+            f"every transaction fails: {quoted}"
+            if every
+            else f"share of the steps at {n} clients that pgbench ended on an error of the "
+            f"workload's SQL: {quoted}",
+        )
+        causes.append((len(errored) / len(steps), "workload_error", quoted))
+    value, kind, name = max(causes, default=(0.0, "", ""))
+    if value > 0:
+        sheet.add(f"xact.cause.{kind}", value, "share", source, name)
 
 
 def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> Profile | None:

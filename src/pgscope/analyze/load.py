@@ -132,6 +132,14 @@ def _step(row: dict[str, Any]) -> Step:
         ended_us=row["ended_us"],
         window_start_us=row["window_start_us"],
         window_end_us=row["window_end_us"],
+        # Stores of schema 3 and older have none of these columns.
+        succeeded_xacts=row.get("succeeded"),
+        failed_serialization=row.get("failed_serialization"),
+        failed_deadlock=row.get("failed_deadlock"),
+        failed_other=row.get("failed_other"),
+        retried_xacts=row.get("retried"),
+        retries=row.get("retries"),
+        workload_error=row.get("workload_error"),
     )
 
 

@@ -206,10 +206,31 @@ class Step:
     ended_us: int | None
     window_start_us: int | None = None  # the measured window, after the warm-up
     window_end_us: int | None = None
+    # Transactions by how they ended, in the window (the whole step without one); None in
+    # stores written before pgscope counted them.
+    succeeded_xacts: int | None = None
+    failed_serialization: int | None = None
+    failed_deadlock: int | None = None
+    failed_other: int | None = None
+    retried_xacts: int | None = None  # needed more than one try (--max-tries > 1)
+    retries: int | None = None  # their extra tries, in all
+    # status "errors": pgbench aborted the clients on this ERROR of the workload's own SQL
+    workload_error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.tps is not None
+
+    @property
+    def attempted_xacts(self) -> int | None:
+        """Transactions that ended, succeeded or failed (after their last try)."""
+        counts = (
+            self.succeeded_xacts,
+            self.failed_serialization,
+            self.failed_deadlock,
+            self.failed_other,
+        )
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ class Cell:
     p50_ms: float | None  # latency percentiles: mean over repeats of each repeat's value
     p95_ms: float | None
     p99_ms: float | None
+    errored_steps: int = 0  # steps whose workload's transactions errored (status "errors")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ def summarise(steps: list[dict[str, Any]], variant_order: list[str] | None = Non
                 _mean([s["p50_ms"] for s in good]),
                 _mean([s["p95_ms"] for s in good]),
                 _mean([s["p99_ms"] for s in good]),
+                sum(1 for s in group if s["status"] == "errors"),
             )
         )
     names = list(dict.fromkeys([*(variant_order or []), *(s["variant"] for s in steps)]))

@@ -55,10 +55,19 @@ class ConsoleReporter:
             )
 
     def step_finished(
-        self, step: PlannedStep, stats: LatencyStats | None, error: str | None
+        self,
+        step: PlannedStep,
+        stats: LatencyStats | None,
+        error: str | None,
+        status: str | None = None,
     ) -> None:
         self._stop_status()
-        if error is not None:
+        if status == "errors":
+            self.console.print(
+                f"{self.label}  [yellow]errors: {escape(error or '')}[/yellow]",
+                highlight=False,
+            )
+        elif error is not None:
             self.console.print(f"{self.label}  [red]failed: {escape(error)}[/red]", highlight=False)
         elif stats is not None:
             self.console.print(

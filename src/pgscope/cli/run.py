@@ -89,6 +89,14 @@ def run(
         str | None,
         typer.Option(help="pgbench query protocol: simple, extended or prepared (default)."),
     ] = None,
+    max_tries: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tries",
+            help="pgbench --max-tries: tries of a transaction that fails with a serialization "
+            "or deadlock error (default 1: never retried; 0: until it succeeds or the step ends).",
+        ),
+    ] = None,
     order: Annotated[
         str | None,
         typer.Option(help="Step order: random (interleaved, the default) or sequential."),
@@ -197,6 +205,7 @@ def run(
     override("scale", "--scale", scale)
     override("workload", "--workload", workload)
     override("protocol", "--protocol", protocol)
+    override("max_tries", "--max-tries", max_tries)
     override("order", "--order", order)
     if action:
         override("actions", "--action", [parse_action(a) for a in action])
@@ -262,7 +271,8 @@ def run(
             outcome.error.add_note(f"kept {kept} finished steps in {outcome.run_dir}")
         raise outcome.error
     if outcome.status == "partial":
-        failed = [s for s in result.steps if s.status != "ok"]
+        # Steps whose workload's transactions errored are results, not failures.
+        failed = [s for s in result.steps if s.status not in ("ok", "errors")]
         first = failed[0]
         raise RunFailed(
             f"{len(failed)} of {len(result.steps)} steps failed (first: step "

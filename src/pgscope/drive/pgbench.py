@@ -39,6 +39,13 @@ _PROGRESS = re.compile(
     r"lat (?P<lat>[\d.]+|NaN|nan) ms stddev (?P<sd>[\d.]+|NaN|nan)"
     r"(?:, (?:lag [\d.]+ ms, )?(?P<failed>\d+) failed)?"
 )
+# A client that pgbench aborted because the workload's own SQL raised an error (PG 15:
+# `client 0 script 0 aborted in command 0 query 0: ERROR:  division by zero`). Aborts for any
+# other reason (a lost connection, a FATAL) carry no `ERROR:` there.
+_WORKLOAD_ABORT = re.compile(r"\baborted in command \d+\b[^:;]*[:;] ERROR:\s+(?P<message>.+)$")
+_ABORT = re.compile(r"\bclient \d+\b.*\baborted\b")
+# pgbench's closing line after any abort: not a cause of its own.
+_RUN_ABORTED = "Run was aborted; the above results are incomplete"
 # Grace beyond the requested duration before a silent pgbench is declared hung: connection
 # set-up of many clients and the final log flush take time, but not minutes.
 HANG_GRACE_S = 60.0
@@ -96,9 +103,11 @@ class Workload:
     scripts: tuple[ScriptRef, ...]
     protocol: str
     defines: tuple[tuple[str, str], ...] = ()  # pgbench -D NAME=VALUE
+    max_tries: int = 1  # pgbench --max-tries: tries of a serialization/deadlock failure
 
     def args(self) -> list[str]:
-        args = ["-M", self.protocol]
+        # --failures-detailed: a failed transaction's log line says serialization or deadlock.
+        args = ["-M", self.protocol, f"--max-tries={self.max_tries}", "--failures-detailed"]
         if self.builtin:
             args += ["-b", self.builtin]
         for script in self.scripts:
@@ -120,6 +129,9 @@ class StepRun:
     ended_us: int
     progress_rows: int = 0
     stderr_tail: list[str] = field(default_factory=list)
+    # The server's message (`division by zero`) when pgbench aborted clients because the
+    # workload's own SQL raised an error, and for no other reason: a result, not a fault.
+    workload_error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -244,7 +256,15 @@ class Pgbench:
         except BaseException:
             stdout_file.close()
             raise
-        return RunningPgbench(proc, stdout_file, stdout_path, log_prefix, started_us, seconds)
+        return RunningPgbench(
+            proc,
+            stdout_file,
+            stdout_path,
+            log_prefix,
+            started_us,
+            seconds,
+            read_only=self.read_only,
+        )
 
     def run(
         self,
@@ -284,6 +304,8 @@ class RunningPgbench:
     rows: int = 0
     error: str | None = None
     tail: list[str] = field(default_factory=list)
+    aborts: list[str] = field(default_factory=list)  # pgbench's lines on aborted clients
+    read_only: bool = False  # pgscope's guard: a write it rejects is a refusal, not a result
 
     def finish(self) -> StepRun:
         # Normal end: pgbench has exited. Interrupt or hang: stop it (SIGINT lets it print
@@ -305,6 +327,7 @@ class RunningPgbench:
             time.time_ns() // 1000,
             self.rows,
             self.tail[-20:],
+            workload_error(self.aborts, self.read_only) if self.error is None else None,
         )
 
 
@@ -347,9 +370,25 @@ def follow(
                     else:
                         run.tail.append(line.rstrip())
                         del run.tail[:-50]
+                        if _ABORT.search(line) and _RUN_ABORTED not in line:
+                            run.aborts.append(line.strip())
+                            del run.aborts[100:]  # one line per aborted client: enough to tell why
         finally:
             results = [run.finish() for run in runs]
     return results
+
+
+def workload_error(aborts: list[str], read_only: bool = False) -> str | None:
+    """The server's message when every aborted client was aborted by an ERROR its SQL raised
+    (one line: the statement's LINE/DETAIL lines follow it on lines of their own); None when
+    no client was aborted, or one was aborted for another reason (a lost connection), or,
+    under pgscope's read-only guard, by the guard rejecting a write (a refusal)."""
+    messages = [m["message"].strip() if (m := _WORKLOAD_ABORT.search(a)) else None for a in aborts]
+    if not messages or any(m is None for m in messages):
+        return None
+    if read_only and any("read-only transaction" in (m or "") for m in messages):
+        return None
+    return messages[0]
 
 
 def _first_error(stderr: str) -> str:
@@ -382,6 +421,27 @@ class LatencyStats:
 
 
 @dataclass(frozen=True)
+class Outcomes:
+    """Transactions by how they ended: in the measured window where the step has one (from
+    `warmup_s` after the first transaction ended, failed or not, to the last), else over the
+    whole log. A failure is counted once, after its last try; `retried` transactions needed
+    more than one try (pgbench --max-tries > 1), `retries` adds up their extra tries."""
+
+    window_start_us: int | None
+    window_end_us: int | None
+    succeeded: int = 0
+    serialization: int = 0
+    deadlock: int = 0
+    other: int = 0  # any other failure pgbench logged ("failed")
+    retried: int = 0
+    retries: int = 0
+
+    @property
+    def failed(self) -> int:
+        return self.serialization + self.deadlock + self.other
+
+
+@dataclass(frozen=True)
 class SecondStats:
     second_us: int  # start of the second, UTC epoch microseconds
     xacts: int
@@ -392,6 +452,9 @@ class SecondStats:
     max_ms: float | None
 
 
+# pgbench 15's per-transaction log: `client_id transaction_no time script_no time_epoch
+# time_us [schedule_lag] [retries]`; schedule_lag only with --rate (never passed), retries
+# only with --max-tries other than 1: null_padding reads a line without it as NULL.
 _LOG_COLUMNS = {
     "client_id": "BIGINT",
     "xact_no": "BIGINT",
@@ -399,47 +462,57 @@ _LOG_COLUMNS = {
     "script_no": "BIGINT",
     "epoch_s": "BIGINT",
     "epoch_us": "BIGINT",
+    "retries": "BIGINT",
 }
 
 
 def _log_relation(db: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
-    """Expose the logs as view `xact` (end_us, latency_us, failed). A failed transaction's
-    time column reads 'failed' (or 'serialization'/'deadlock'), hence VARCHAR + TRY_CAST.
-    A line without its end time is one pgbench was cut off writing (a full disk, a kill):
-    not a transaction, failed or not, so it is left out."""
+    """Expose the logs as view `xact` (end_us, latency_us, failed, failure, retries). A failed
+    transaction's time column reads 'serialization' or 'deadlock' (--failures-detailed), or
+    'failed' for any other failure, hence VARCHAR + TRY_CAST; `failure` is NULL for a
+    transaction that succeeded, else 'serialization', 'deadlock' or 'other'. A line without
+    its end time is one pgbench was cut off writing (a full disk, a kill): not a transaction,
+    failed or not, so it is left out."""
     # Table functions in a view cannot take bound parameters: quote the literals instead.
+    # No sniffing: it would refuse the 7 columns given for a log of 6 (no retries column).
     file_list = ", ".join(_sql_string(str(f)) for f in files)
     columns = ", ".join(f"{_sql_string(k)}: {_sql_string(v)}" for k, v in _LOG_COLUMNS.items())
     db.execute(
         f"CREATE OR REPLACE TEMP VIEW raw_xact AS SELECT * FROM read_csv([{file_list}], "
         f"delim=' ', header=false, columns={{{columns}}}, null_padding=true, "
-        f"ignore_errors=true)"
+        f"ignore_errors=true, auto_detect=false)"
     )
     db.execute(
         "CREATE OR REPLACE TEMP VIEW xact AS SELECT epoch_s * 1000000 + epoch_us AS end_us, "
         "TRY_CAST(latency AS BIGINT) AS latency_us, "
-        "TRY_CAST(latency AS BIGINT) IS NULL AS failed, client_id, script_no FROM raw_xact "
+        "TRY_CAST(latency AS BIGINT) IS NULL AS failed, "
+        "CASE WHEN TRY_CAST(latency AS BIGINT) IS NOT NULL THEN NULL "
+        "WHEN latency IN ('serialization', 'deadlock') THEN latency ELSE 'other' END AS failure, "
+        "coalesce(retries, 0) AS retries, client_id, script_no FROM raw_xact "
         "WHERE epoch_s IS NOT NULL AND epoch_us IS NOT NULL"
     )
 
 
 def analyse_logs(
     files: list[Path], warmup_s: float
-) -> tuple[LatencyStats | None, list[SecondStats]]:
-    """Exact latency percentiles over the measured window, and per-second percentiles.
+) -> tuple[LatencyStats | None, list[SecondStats], Outcomes]:
+    """Exact latency percentiles over the measured window, per-second percentiles, and the
+    transactions by outcome.
 
     The window starts `warmup_s` after the first transaction completed and ends at the last;
-    tps is the number of transactions completed in it divided by its length.
+    tps is the number of transactions that succeeded in it divided by its length. No
+    statistics (None) where no transaction succeeded in the window: a step whose every
+    transaction failed has counts, not a throughput or latencies.
     """
     files = [f for f in files if f.stat().st_size > 0]
     if not files:
-        return None, []
+        return None, [], Outcomes(None, None)
     db = connect()
     try:
         _log_relation(db, files)
         bounds = db.execute("SELECT min(end_us), max(end_us) FROM xact").fetchone()
         if bounds is None or bounds[0] is None:
-            return None, []
+            return None, [], Outcomes(None, None)
         window_start = int(bounds[0] + warmup_s * 1_000_000)
         window_end = int(bounds[1])
         per_second = [
@@ -452,14 +525,16 @@ def analyse_logs(
                 "FROM xact GROUP BY sec ORDER BY sec"
             ).fetchall()
         ]
+        windowed = window_end > window_start
+        outcomes = _outcomes(db, (window_start, window_end) if windowed else None)
         row = db.execute(
             "SELECT count(*), count(*) FILTER (WHERE failed), "
             "quantile_cont(latency_us, [0.5, 0.9, 0.95, 0.99, 0.999]), max(latency_us), "
             "avg(latency_us) FROM xact WHERE end_us > ? AND end_us <= ?",
             [window_start, window_end],
         ).fetchone()
-        if row is None or not row[0] or row[2] is None or window_end <= window_start:
-            return None, per_second
+        if row is None or not row[0] or row[2] is None or not windowed:
+            return None, per_second, outcomes
         xacts, failed, quantiles, max_us, mean_us = row
         seconds = (window_end - window_start) / 1_000_000
         stats = LatencyStats(
@@ -476,9 +551,22 @@ def analyse_logs(
             max_ms=max_us / 1000,
             mean_ms=mean_us / 1000,
         )
-        return stats, per_second
+        return stats, per_second, outcomes
     finally:
         db.close()
+
+
+def _outcomes(db: duckdb.DuckDBPyConnection, window: tuple[int, int] | None) -> Outcomes:
+    where, params = ("WHERE end_us > ? AND end_us <= ?", list(window)) if window else ("", [])
+    row = db.execute(
+        "SELECT count(*) FILTER (WHERE failure IS NULL), "
+        "count(*) FILTER (WHERE failure = 'serialization'), "
+        "count(*) FILTER (WHERE failure = 'deadlock'), count(*) FILTER (WHERE failure = 'other'), "
+        f"count(*) FILTER (WHERE retries > 0), coalesce(sum(retries), 0) FROM xact {where}",
+        params,
+    ).fetchone()
+    counts = [int(v) for v in row] if row else [0] * 6
+    return Outcomes(window[0] if window else None, window[1] if window else None, *counts)
 
 
 def archive_logs(files: list[Path], target: Path) -> int:
@@ -492,7 +580,8 @@ def archive_logs(files: list[Path], target: Path) -> int:
         _log_relation(db, files)
         count = db.execute("SELECT count(*) FROM xact").fetchone()
         db.execute(
-            f"COPY (SELECT client_id, script_no, end_us, latency_us, failed FROM xact "
+            f"COPY (SELECT client_id, script_no, end_us, latency_us, failed, failure, retries "
+            f"FROM xact "
             f"ORDER BY end_us) TO {_sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
         )
     finally:

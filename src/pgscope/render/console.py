@@ -7,13 +7,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pgscope.analyze.model import RunAnalysis
+from pgscope.analyze.model import RunAnalysis, Step
 from pgscope.render.variants import print_variants
 from pgscope.render.waits import print_waits
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def step_problem(step: Step) -> str:
+    """What happened to a step that is not ok, in words (the console and the report)."""
+    if step.status == "errors" and step.workload_error:
+        quoted = f'"{step.workload_error}"'
+        return f"errors: the workload's SQL failed: {quoted} (pgbench aborted its clients)"
+    return f"{step.status}: {step.error or ''}"
 
 
 def print_collectors(console: Console, result: RunAnalysis) -> None:
@@ -91,8 +99,12 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
                 if cell.repeats == 1
                 else "-"
             )
+            notes = [
+                f"{cell.failed_steps} failed" if cell.failed_steps else "",
+                f"{cell.errored_steps} errored" if cell.errored_steps else "",
+            ]
             repeats = str(cell.repeats) + (
-                f" ({cell.failed_steps} failed)" if cell.failed_steps else ""
+                f" ({', '.join(n for n in notes if n)})" if any(notes) else ""
             )
             table.add_row(
                 str(cell.clients),
@@ -125,8 +137,8 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
     failed = [s for s in result.steps if s.status != "ok"]
     for step in failed[:5]:
         console.print(
-            f"[red]step {step.step_id} ({step.variant}, clients="
-            f"{step.clients}): {step.status}: {escape(step.error or '')}[/red]",
+            f"[{'yellow' if step.status == 'errors' else 'red'}]step {step.step_id} "
+            f"({step.variant}, clients={step.clients}): {escape(step_problem(step))}[/]",
             highlight=False,
         )
     console.print(f"\nrun folder: {result.run_dir}", highlight=False)

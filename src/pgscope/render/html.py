@@ -17,6 +17,7 @@ from plotly.offline import get_plotlyjs
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.render import charts
+from pgscope.render.console import step_problem
 from pgscope.render.flame import flame_page
 from pgscope.render.variants import evidence_table
 
@@ -43,6 +44,24 @@ def _missing(analysis: RunAnalysis, name: str, purpose: str) -> str:
     if row["status"] == "failed":
         return f"The {name} collector failed: {row['error']}."
     return f"The {name} collector ran but recorded nothing for this section."
+
+
+def _step_rows(analysis: RunAnalysis) -> list[dict[str, Any]]:
+    """The steps worth a line of their own: those not ok, and those with failed or retried
+    transactions (what failed quoted; no tps where none was measured)."""
+    rows = []
+    for step in analysis.steps:
+        kinds = (step.failed_serialization, step.failed_deadlock, step.failed_other)
+        if step.status == "ok" and not any(kinds) and not step.retried_xacts:
+            continue
+        rows.append(
+            {
+                "step": step,
+                "failed": " / ".join("-" if k is None else f"{k:,}" for k in kinds),
+                "problem": "" if step.status == "ok" else step_problem(step),
+            }
+        )
+    return rows
 
 
 def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None) -> str:
@@ -92,6 +111,7 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
             plotly_js=get_plotlyjs(),
             fits=list(analysis.scalability.fits.items()),
             cells=analysis.scalability.cells,
+            step_rows=_step_rows(analysis),
             wait_charts=list(wait_charts),
             waits=waits,
             sampler_line=(

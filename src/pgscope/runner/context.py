@@ -20,7 +20,11 @@ class Reporter(Protocol):
     def step_started(self, step: PlannedStep, total: int, seconds: float) -> None: ...
     def progress(self, step: PlannedStep, row: ProgressRow) -> None: ...
     def step_finished(
-        self, step: PlannedStep, stats: LatencyStats | None, error: str | None
+        self,
+        step: PlannedStep,
+        stats: LatencyStats | None,
+        error: str | None,
+        status: str | None = None,  # "ok", "errors", "failed"; None: by `error`
     ) -> None: ...
 
 

@@ -22,7 +22,8 @@ MAX_CRASHES = 3  # an embedded server that keeps dying is a problem to report, n
 
 def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
     """Initialise the target, then run every planned step in order. Raises RunFailed when
-    every step failed, TargetError when a server pgscope does not own became unreachable."""
+    every step failed (a step whose workload's transactions errored did not), TargetError
+    when a server pgscope does not own became unreachable."""
     spec, store, reporter = ctx.spec, ctx.store, ctx.reporter
     conn = ctx.pgbench.conn
     version_num = initialise_target(ctx)
@@ -98,13 +99,19 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         ctx.collectors.step_started(info)
         try:
             workload = Workload(
-                spec.workload, scripts, spec.protocol, variant_defines(spec, step.variant)
+                spec.workload,
+                scripts,
+                spec.protocol,
+                variant_defines(spec, step.variant),
+                spec.max_tries,
             )
-            ok = run_step(ctx, step, workload, seconds, bench_cpus, drivers)
+            status = run_step(ctx, step, workload, seconds, bench_cpus, drivers)
         finally:
             ctx.collectors.step_finished(info)
             ctx.collectors.reap()
-        if not ok:
+        # A step whose transactions errored ("errors") measured what the workload does: a
+        # result, not a failure of the run.
+        if status == "failed":
             failures += 1
             if not ctx.servers.target_alive():
                 if cluster is None:

@@ -26,9 +26,9 @@ def run_step(
     seconds: int,
     bench_cpus: set[int] | None,
     drivers: list[Pgbench],
-) -> bool:
+) -> str:
     """One step: pgbench against each active instance at once (one instance, usually), then
-    statistics over every transaction of every instance."""
+    statistics over every transaction of every instance. Returns the step's status."""
     store, reporter = ctx.store, ctx.reporter
     step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
     shares = split_clients(step.clients, len(drivers))
@@ -74,13 +74,16 @@ def run_step(
     return _measure(ctx, step, results, shares)
 
 
-def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares: list[int]) -> bool:
+def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares: list[int]) -> str:
     """Statistics of the step from every instance's transaction log, stored with the step's
-    end; the logs archived (or removed). True when the step succeeded."""
+    end; the logs archived (or removed). Returns the step's status: "ok"; "errors" when the
+    load ran and its transactions errored (pgbench aborted its clients on an ERROR the
+    workload's own SQL raised, or every transaction of the window failed): a result to
+    diagnose; "failed" when pgbench, the server or pgscope failed and nothing was measured."""
     store, reporter, warmup = ctx.store, ctx.reporter, ctx.spec.warmup
     step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
     log_files = [f for result in results for f in result.log_files()]
-    stats, per_second = analyse_logs(log_files, warmup)
+    stats, per_second, outcomes = analyse_logs(log_files, warmup)
     store.add_latency_seconds(
         step.step_id,
         [
@@ -106,12 +109,37 @@ def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares:
         if r.error
     ]
     error = "; ".join(e for e in errors if e) or None
-    if error is None and stats is None:
+    workload_error = next((r.workload_error for r in results if r.workload_error), None)
+    faults = [r for r in results if r.error and not r.workload_error]
+    if faults:
+        status = "failed"
+    elif workload_error is not None:
+        status = "errors"
+    elif stats is None and outcomes.failed and not outcomes.succeeded:
+        status = "errors"
+        error = (
+            f"no transaction succeeded in the measured window: {outcomes.failed} failed "
+            f"({outcomes.serialization} serialization, {outcomes.deadlock} deadlock, "
+            f"{outcomes.other} other)"
+        )
+    elif stats is None:
+        status = "failed"
         error = "pgbench completed no transaction in the measured window"
+    else:
+        status = "ok"
     pgbench_tps = [r.summary.get("tps") for r in results]
     values: dict[str, object] = {
         "pgbench_tps": sum(t for t in pgbench_tps if t is not None) if any(pgbench_tps) else None,
         "xact_log": str(archive.relative_to(store.run_dir)) if archived else None,
+        "window_start_us": outcomes.window_start_us,
+        "window_end_us": outcomes.window_end_us,
+        "succeeded": outcomes.succeeded,
+        "failed_serialization": outcomes.serialization,
+        "failed_deadlock": outcomes.deadlock,
+        "failed_other": outcomes.other,
+        "retried": outcomes.retried,
+        "retries": outcomes.retries,
+        "workload_error": workload_error,
     }
     if stats is not None:
         values.update(
@@ -128,6 +156,8 @@ def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares:
             p999_ms=stats.p999_ms,
             max_ms=stats.max_ms,
         )
-    store.finish_step(step.step_id, "ok" if error is None else "failed", error, values)
-    reporter.step_finished(step, stats, error)
-    return error is None
+    store.finish_step(step.step_id, status, None if status == "ok" else error, values)
+    quoted = f'"{workload_error}"'
+    shown = f"the workload's SQL failed: {quoted}" if workload_error else error
+    reporter.step_finished(step, stats, shown if status != "ok" else None, status)
+    return status
