@@ -273,8 +273,10 @@ def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
     walsender = waits.backend_cpu_aas(store.db, "walsender")
     host: list[HostCell] = []
     if store.has_table("host_cpu"):
-        newer = store.has_column("host_cpu", "own_share")  # before: no own or other shares
-        own, other = ("avg(h.own_share)", "avg(h.other_share)") if newer else ("NULL", "NULL")
+        own, other = (  # runs recorded before these shares were measured have none
+            f"avg(h.{c})" if store.has_column("host_cpu", c) else "NULL"
+            for c in ("own_share", "other_share")
+        )
         for row in store.query(
             "SELECT s.variant, s.clients, avg(h.busy) AS busy, avg(h.iowait_share) AS iowait, "
             "avg(h.steal_share) AS steal, avg(h.server_share) AS server, "

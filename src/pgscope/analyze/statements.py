@@ -8,7 +8,7 @@ A statement or table first seen at a step's end counts from zero. Pure functions
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import duckdb
@@ -78,39 +78,14 @@ class Statements:
     texts: dict[str, str] = field(default_factory=dict)  # queryid (as text) -> normalised SQL
 
 
-_STATEMENT_COUNTERS = (
-    "calls",
-    "exec_ms",
-    "plan_ms",
-    "rows",
-    "shared_hit",
-    "shared_read",
-    "shared_dirtied",
-    "shared_written",
-    "temp_read",
-    "temp_written",
-    "wal_records",
-    "wal_fpi",
-    "wal_bytes",
-    "jit_ms",
+# Counters are differences between a step's two readings; gauges are the end reading's.
+TABLE_GAUGES = ("n_live_tup", "n_dead_tup", "indexes", "heap_bytes", "index_bytes")
+_STATEMENT_COUNTERS = tuple(
+    f.name for f in fields(StatementStep) if f.name not in ("step_id", "queryid")
 )
-_TABLE_COUNTERS = (
-    "seq_scan",
-    "seq_tup_read",
-    "idx_scan",
-    "idx_tup_fetch",
-    "n_tup_ins",
-    "n_tup_upd",
-    "n_tup_hot_upd",
-    "n_tup_del",
-    "vacuums",
-    "analyzes",
-    "heap_blks_read",
-    "heap_blks_hit",
-    "idx_blks_read",
-    "idx_blks_hit",
+_TABLE_COUNTERS = tuple(
+    f.name for f in fields(TableStep) if f.name not in ("step_id", "relname", *TABLE_GAUGES)
 )
-_TABLE_GAUGES = ("n_live_tup", "n_dead_tup", "indexes", "heap_bytes", "index_bytes")
 _INTS = ("step_id", "indexes")
 
 
@@ -136,8 +111,8 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
         ).fetchall()
         if r[2]  # called during the step
     ]
-    gauges = ", ".join(f"coalesce(e.{c}, 0) AS {c}" for c in _TABLE_GAUGES)
-    names = ("step_id", "relname", *_TABLE_COUNTERS, *_TABLE_GAUGES)
+    gauges = ", ".join(f"coalesce(e.{c}, 0) AS {c}" for c in TABLE_GAUGES)
+    names = ("step_id", "relname", *_TABLE_COUNTERS, *TABLE_GAUGES)
     tables = [
         _table_step(dict(zip(names, r, strict=True)))
         for r in db.execute(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from pgscope.analyze.model import FactSheet, RunAnalysis
-from pgscope.analyze.statements import BLOCK_BYTES, StatementStep, TableStep
+from pgscope.analyze.statements import BLOCK_BYTES, TABLE_GAUGES, StatementStep, TableStep
 
 # A statement touching this many blocks (8 kB) per row it returns reads far more than it
 # gives: a lookup by index touches 3-5 (the tree's levels and the heap page).
@@ -34,14 +34,13 @@ class _Sum:
 
 def _summed(rows: Sequence[StatementStep | TableStep], key: str) -> dict[str, _Sum]:
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    gauges = {"n_live_tup", "n_dead_tup", "indexes", "heap_bytes", "index_bytes"}
     for row in sorted(rows, key=lambda r: r.step_id):
         target = out[str(getattr(row, key))]
         for f in fields(row):
             value = getattr(row, f.name)
             if f.name in ("step_id", key) or not isinstance(value, int | float):
                 continue
-            if f.name in gauges:
+            if f.name in TABLE_GAUGES:
                 target[f.name] = float(value)  # the last step's reading
             else:
                 target[f.name] += float(value)
