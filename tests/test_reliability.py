@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
 from tests.conftest import (
+    describe,
     one_line_error,
     pgscope,
     server_processes,
@@ -367,3 +369,48 @@ def test_a_read_only_run_on_a_users_server_issues_no_write(
     for path in (tmp_path / "r").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), f"the password is in {path}"
+
+
+@pytest.mark.server
+def test_what_a_killed_run_left_is_found_by_doctor_and_removed_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL leaves no chance to clean up: the cluster folder (~70 MB) and the load
+    account's folder stay. Their markers name a pgscope that is gone: doctor lists them, and
+    the next run stops what still runs from them and deletes them."""
+    scratch = Path(tempfile.gettempdir())
+    before = {p for p in scratch.glob("pgscope-*") if (p / ".pgscope-owner").exists()}
+    proc = start(
+        [
+            *("run", "scaling", "--clients", "1,2", "--duration", "30", "--scale", "1"),
+            *BASE,
+            *("--collectors", "activity", "--results-dir", str(tmp_path / "killed")),
+        ]
+    )
+    wait_for_line(proc, r"step 1/2")
+    proc.kill()
+    proc.wait(timeout=10)
+    left = {p for p in scratch.glob("pgscope-*") if (p / ".pgscope-owner").exists()} - before
+    assert any((p / "data").is_dir() for p in left), f"a cluster folder stays: {left}"
+
+    doctor = pgscope("doctor", "--json")
+    [check] = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "leftovers"]
+    assert not check["ok"] and all(str(p) in check["detail"] for p in left), check
+
+    again = pgscope(
+        *("run", "scaling", "--clients", "1", "--duration", "1", "--scale", "1"),
+        *BASE,
+        *("--collectors", "activity", "--results-dir", str(tmp_path / "next")),
+    )
+    assert again.returncode == 0, again.stderr
+    assert "removing what a killed run left" in again.stderr
+    assert not any(p.exists() for p in left), "the next run removed them"
+    running_there = [pid for pid in server_processes() if any(str(p) in _cwd(pid) for p in left)]
+    assert not running_there, describe(set(running_there))
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""

@@ -17,13 +17,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import duckdb
 from psycopg.conninfo import make_conninfo
 
+from pgscope.drive.loaduser import LoadUser
 from pgscope.drive.readonly import READ_ONLY_OPTION, with_read_only
 from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
@@ -105,6 +106,14 @@ class Workload:
     defines: tuple[tuple[str, str], ...] = ()  # pgbench -D NAME=VALUE
     max_tries: int = 1  # pgbench --max-tries: tries of a serialization/deadlock failure
 
+    def readable_by(self, user: LoadUser) -> Workload:
+        """The same workload reading copies of its scripts that `user`'s account can read."""
+        scripts = tuple(
+            replace(script, path=user.readable_copy(script.path, str(index)))
+            for index, script in enumerate(self.scripts)
+        )
+        return replace(self, scripts=scripts)
+
     def args(self) -> list[str]:
         # --failures-detailed: a failed transaction's log line says serialization or deadlock.
         args = ["-M", self.protocol, f"--max-tries={self.max_tries}", "--failures-detailed"]
@@ -148,6 +157,7 @@ class Pgbench:
     pg: PgBinaries
     conn: ConnParams
     read_only: bool  # enforce server-side with default_transaction_read_only
+    user: LoadUser  # who runs pgbench (never root: scripts can run shell commands), and where
 
     def _env(self) -> dict[str, str]:
         env = self.conn.env()
@@ -200,7 +210,13 @@ class Pgbench:
             *self._conn_args(),
         ]
         proc = spawn(
-            argv, env=self.conn.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            argv,
+            run_as=self.user.run_as,
+            cwd=self.user.workdir,
+            env=self.conn.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             _, err = proc.communicate(timeout=max(600, scale * 10))
@@ -221,12 +237,15 @@ class Pgbench:
         log_prefix: Path,
         cpus: set[int] | None = None,
     ) -> RunningPgbench:
-        """Launch pgbench for `seconds` (on `cpus` if given); `follow()` reads it."""
+        """Launch pgbench for `seconds` (on `cpus` if given); `follow()` reads it. Its stdout
+        goes beside `log_prefix`; its transaction logs, written as the load's account, to the
+        same-named place in that account's working directory."""
         log_prefix.parent.mkdir(parents=True, exist_ok=True)
+        log_dir = self.user.directory(f"steps/{log_prefix.parent.name}")
         argv: list[str | os.PathLike[str]] = [
             self.pg.path("pgbench"),
             "-n",
-            *workload.args(),
+            *workload.readable_by(self.user).args(),
             "-c",
             str(clients),
             "-j",
@@ -246,7 +265,8 @@ class Pgbench:
         try:
             proc = spawn(
                 argv,
-                cwd=log_prefix.parent,
+                run_as=self.user.run_as,
+                cwd=log_dir,
                 env=self._env(),
                 stdout=stdout_file,
                 stderr=subprocess.PIPE,
@@ -260,7 +280,7 @@ class Pgbench:
             proc,
             stdout_file,
             stdout_path,
-            log_prefix,
+            log_dir / log_prefix.name,
             started_us,
             seconds,
             read_only=self.read_only,
