@@ -18,6 +18,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pgscope.collect.roles import process_role
+from pgscope.proc import child_pids
 from pgscope.target.embedded import EmbeddedCluster
 from tests.conftest import (
     describe,
@@ -414,3 +416,77 @@ def _cwd(pid: int) -> str:
         return os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return ""
+
+
+@pytest.mark.server
+def test_a_killed_backend_fails_its_step_and_the_server_recovers_for_the_next(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of one backend: the postmaster resets every session and recovers (crash
+    restart) by itself. The step it hit is recorded as failed with the reason, the next runs."""
+    proc = start(
+        [
+            *("run", "scaling", "--clients", "2,3", "--order", "sequential"),
+            *("--duration", "6", "--scale", "1", *BASE),
+            *("--collectors", "activity,pgstats", "--json", "--results-dir", str(tmp_path)),
+        ]
+    )
+    wait_for_line(proc, r"step 1/2 .* tps")  # step 1 done: step 2 is starting
+    time.sleep(3)
+    postmaster = next(
+        pid for pid in server_processes() if _title(pid).startswith("/") and " -D " in _title(pid)
+    )
+    backend = next(pid for pid in child_pids(postmaster) if process_role(_title(pid)) == "backend")
+    os.kill(backend, signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 7, err
+    assert "Traceback" not in err
+    doc = json.loads(out)
+    statuses = [(s["step_id"], s["status"]) for s in doc["steps"]]
+    assert statuses == [(1, "ok"), (2, "failed")], statuses
+    assert doc["steps"][1]["error"], "the failed step says why"
+    assert (Path(doc["run_dir"]) / "summary.json").is_file()
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.server
+def test_a_full_cluster_disk_fails_the_steps_it_hits_and_keeps_the_summary(
+    tmp_path: Path,
+) -> None:
+    """The cluster's own disk (--work-dir) fills after step 1: the server's "No space left on
+    device" is a fault of the step (not the workload's result), the run ends with exit 7 and
+    the summary of what was measured."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    work = Path(tempfile.mkdtemp(prefix="small-work-"))  # the account can enter the TMPDIR
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(work)], check=True)
+    try:
+        work.chmod(0o1777)
+        proc = start(
+            [
+                *("run", "scaling", "--clients", "1,2", "--order", "sequential"),
+                *("--duration", "3", "--scale", "5", "--workload", "tpcb-like", *BASE),
+                *("--collectors", "activity", "--work-dir", str(work), "--json"),
+                *("--results-dir", str(tmp_path)),
+            ]
+        )
+        wait_for_line(proc, r"step 1/2 .* tps")
+        free = shutil.disk_usage(work).free
+        with contextlib.suppress(OSError), (work / "filler").open("wb") as filler:
+            filler.write(b"\0" * free)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        subprocess.run(["umount", "-l", str(work)], check=False)
+        work.rmdir()
+    assert proc.returncode == 7, err
+    assert "Traceback" not in err
+    doc = json.loads(out)
+    assert [s["status"] for s in doc["steps"]] == ["ok", "failed"], doc["steps"]
+    assert "No space left on device" in doc["steps"][1]["error"]
+    assert (Path(doc["run_dir"]) / "summary.json").is_file()

@@ -408,7 +408,19 @@ def workload_error(aborts: list[str], read_only: bool = False) -> str | None:
         return None
     if read_only and any("read-only transaction" in (m or "") for m in messages):
         return None
+    if any(_SERVER_FAULT.search(m or "") for m in messages):
+        return None  # the server could not do what the SQL asked: a fault, not a result
     return messages[0]
+
+
+# ERRORs a statement gets because the server or its host failed, not because of what the SQL
+# says (pgbench reports the message without its SQLSTATE: classes 53, 57, 58 and XX by text).
+_SERVER_FAULT = re.compile(
+    r"No space left on device|disk quota|could not (extend|write|fsync|read|open|create|seek)"
+    r"|Input/output error|out of memory|too many connections|the database system is"
+    r"|terminating connection|lost synchronization",
+    re.IGNORECASE,
+)
 
 
 def _first_error(stderr: str) -> str:
