@@ -490,3 +490,37 @@ def test_a_full_cluster_disk_fails_the_steps_it_hits_and_keeps_the_summary(
     assert [s["status"] for s in doc["steps"]] == ["ok", "failed"], doc["steps"]
     assert "No space left on device" in doc["steps"][1]["error"]
     assert (Path(doc["run_dir"]) / "summary.json").is_file()
+
+
+@pytest.mark.server
+def test_a_signal_around_a_steps_end_always_ends_in_a_summary(tmp_path: Path) -> None:
+    """SIGINT or SIGTERM at offsets that walk across step 2's end: the last seconds of load,
+    the analysis of its transaction log (DuckDB, which turns a signal into its own error),
+    the run's teardown. Each ends with exit 0 (too late to matter) or the signal's code, one
+    line, a summary and a report of what was measured, and nothing left running."""
+    before = server_processes()
+    offsets = [1.7, 2.1, 2.5, 2.9]
+    for offset, sig in zip(offsets, [signal.SIGINT, signal.SIGTERM] * 2, strict=True):
+        results = tmp_path / f"{offset}"
+        proc = start(
+            [
+                *("run", "scaling", "--clients", "1,2", "--order", "sequential"),
+                *("--duration", "1", "--scale", "1", *BASE),
+                *("--collectors", "activity,pgstats", "--results-dir", str(results)),
+            ]
+        )
+        wait_for_line(proc, r"step 1/2 .* tps")
+        time.sleep(offset)
+        err = stop_within(proc, sig)
+        assert "Traceback" not in err, (offset, err)
+        assert proc.returncode in (0, 128 + sig), (offset, proc.returncode, err)
+        if proc.returncode:
+            one_line_error(subprocess.CompletedProcess([], proc.returncode, "", err))
+        run_dir = only_run(results)
+        assert (run_dir / "summary.json").is_file(), (offset, err)
+        steps = json.loads((run_dir / "summary.json").read_text())["steps"]
+        assert steps[0]["status"] == "ok", (offset, steps)
+        report = pgscope("report", str(run_dir), "--format", "json")
+        assert report.returncode == 0, (offset, report.stderr)
+        time.sleep(0.5)
+        assert server_processes() - before == set(), (offset, "nothing may remain")

@@ -54,3 +54,33 @@ def signals_as_exceptions() -> Iterator[None]:
         _state["depth"] -= 1
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+@contextmanager
+def signals_deferred(reraise: bool = True) -> Iterator[list[Interrupted]]:
+    """For short work that must not be cut (a run's last writes, the summary of a run whose
+    data is safe): a first SIGINT/SIGTERM is kept, in the list this yields, and raised as
+    `Interrupted` when the block ends (`reraise`) or left to the caller; a second one raises
+    at once (the user insists)."""
+    pending: list[Interrupted] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        code = ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED
+        exc = Interrupted(signal.Signals(signum).name, code)
+        _state["received"] = _state["received"] or exc
+        if pending:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            raise exc
+        pending.append(exc)
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield pending
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if pending and reraise:
+        raise pending[0]

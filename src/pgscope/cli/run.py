@@ -185,7 +185,7 @@ def run(
     from pgscope.render.json_doc import run_document
     from pgscope.render.outputs import write_outputs
     from pgscope.runner.run import RunOptions, execute
-    from pgscope.signals import signals_as_exceptions
+    from pgscope.signals import signals_deferred
     from pgscope.spec import load_spec, parse_action, parse_client_list, parse_setting
 
     overrides: dict[str, Any] = {}
@@ -244,15 +244,17 @@ def run(
     err = err_console()
     outcome = execute(loaded, options, ConsoleReporter(err))
     try:
-        # A second Ctrl-C while analysing and writing the report: the data is already safe.
-        with signals_as_exceptions():
+        # A Ctrl-C while analysing and writing the summary (a second or two) waits for it: the
+        # data is safe, and a run without its summary is one a user cannot read. A second
+        # Ctrl-C stops at once.
+        with signals_deferred():
             result = load_analysis(outcome.run_dir)
             document = run_document(result)
             written = write_outputs(result, offered())
     except Interrupted as exc:
         exc.add_note(
-            f"while writing the report; everything measured is in {outcome.run_dir} "
-            f"(pgscope report {outcome.run_dir} --format html writes it again)"
+            f"everything measured is in {outcome.run_dir} (pgscope report {outcome.run_dir} "
+            f"--format html writes the report again if it is missing)"
         )
         raise
     err.print(f"· report: {written['report.html']}", highlight=False)

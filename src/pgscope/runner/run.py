@@ -35,7 +35,7 @@ from pgscope.runner.preflight import (
     validate_variants,
 )
 from pgscope.runner.topology import Topology
-from pgscope.signals import received, signals_as_exceptions
+from pgscope.signals import received, signals_as_exceptions, signals_deferred
 from pgscope.spec import LoadedSpec, Spec
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
@@ -172,11 +172,14 @@ def execute(
     except BaseException as exc:
         _fail(store, run_dir, exc)
         raise
-    _ingest_server_log(store, run_dir / "server.log")
-    status = _final_status(store, error)
-    store.finish_run(status, str(error) if error else None)
-    store.close()
-    return RunOutcome(run_dir, status, error)
+    # The run's last writes are not cut short: a signal now is kept, and returned as the
+    # run's error when it had none (the steps were all measured).
+    with signals_deferred(reraise=False) as late:
+        _ingest_server_log(store, run_dir / "server.log")
+        status = _final_status(store, error)
+        store.finish_run(status, str(error) if error else None)
+        store.close()
+    return RunOutcome(run_dir, status, error or (late[0] if late else None))
 
 
 def _selection(
