@@ -100,6 +100,17 @@ CASES = {
         ExitCode.USAGE,
         "--dsn: not a valid connection string",
     ),
+    "DSN not UTF-8": (
+        # `--dsn $'host=/tmp dbname=\xff'`: the byte reaches argv as a lone surrogate.
+        lambda t: ["run", "--dsn", "host=/tmp dbname=\udcff", "--results-dir", str(t / "r")],
+        ExitCode.USAGE,
+        "--dsn: not a valid connection string: byte 0xff at position 17 is not UTF-8 text",
+    ),
+    "DSN not UTF-8, sample": (
+        lambda t: ["sample", "--dsn", "dbname=\udcff", "--results-dir", str(t / "r")],
+        ExitCode.USAGE,
+        "--dsn: not a valid connection string: byte 0xff at position 7",
+    ),
     "unknown option": (lambda t: ["run", "--colour"], ExitCode.USAGE, "No such option"),
     "missing argument": (lambda t: ["report"], ExitCode.USAGE, "Missing argument"),
     "not a run folder": (lambda t: ["report", str(t)], ExitCode.SPEC, "not a pgscope run folder"),
@@ -118,8 +129,34 @@ CASES = {
         ExitCode.SPEC,
         "nope.sql: no such file",
     ),
+    "script is a directory": (
+        lambda t: ["run", "--plan", "--script", str(t)],
+        ExitCode.SPEC,
+        "is a directory, not a file",
+    ),
+    "negative script weight": (
+        lambda t: ["run", "--plan", "--script", _select_one(t) + "@-3"],
+        ExitCode.SPEC,
+        "weight '-3' must be a whole number >= 1",
+    ),
+    "duration below a second": (
+        lambda t: ["run", "--plan", "--duration", "1e-9"],
+        ExitCode.SPEC,
+        "--duration: must be at least 1 s",
+    ),
+    "reversed client range": (
+        lambda t: ["run", "--plan", "--clients", "8-1"],
+        ExitCode.SPEC,
+        "the range '8-1' is reversed",
+    ),
     "bad --set": (lambda t: ["run", "--set", "work_mem"], ExitCode.SPEC, "expected NAME=VALUE"),
 }
+
+
+def _select_one(tmp_path: Path) -> str:
+    script = tmp_path / "select.sql"
+    script.write_text("SELECT 1;\n")
+    return str(script)
 
 
 NEEDS_SERVER = {"unknown setting in a variant"}  # the server's own parser judges settings

@@ -48,3 +48,14 @@ def test_the_guard_goes_last_in_the_options() -> None:
     assert with_read_only("-c default_transaction_read_only=off") == (
         f"-c default_transaction_read_only=off {READ_ONLY_OPTION}"
     )
+
+
+def test_a_script_in_another_encoding_is_read_not_a_crash(tmp_path: Path) -> None:
+    """pgbench takes a script's bytes as they are: a Latin-1 comment used to end the check
+    with UnicodeDecodeError (exit 1), and a lifting statement after it must still be found."""
+    script = tmp_path / "latin1.sql"
+    script.write_bytes("-- caf\xe9\nSELECT 'd\xe9j\xe0';\n".encode("latin-1"))
+    assert lifting_statement(script) is None
+    script.write_bytes("SELECT '\xe9';\nBEGIN READ WRITE;\n".encode("latin-1"))
+    why = lifting_statement(script)
+    assert why is not None and "latin1.sql line 2: a READ WRITE transaction" in why

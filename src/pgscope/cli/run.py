@@ -11,7 +11,7 @@ import typer
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.options import JsonFlag, PgBin, ResultsDir
 from pgscope.cli.title import safe_command_line
-from pgscope.errors import Interrupted, RunFailed
+from pgscope.errors import EnvironmentProblem, Interrupted, RunFailed
 
 
 def _absolute_script(text: str) -> str:
@@ -247,7 +247,7 @@ def run(
             result = load_analysis(outcome.run_dir)
             document = run_document(result)
             written = write_outputs(result, offered())
-    except Interrupted as exc:
+    except (Interrupted, EnvironmentProblem) as exc:
         exc.add_note(
             f"while writing the report; everything measured is in {outcome.run_dir} "
             f"(pgscope report {outcome.run_dir} --format html writes it again)"

@@ -14,6 +14,7 @@ from pgscope.analyze.model import RunAnalysis
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.options import ResultsDir
 from pgscope.cli.title import safe_command_line
+from pgscope.files import write_atomic
 
 LIVE_WINDOW_S = 10
 
@@ -111,7 +112,7 @@ def sample(
         if view is not None:
             view.stop()
     run = load_analysis(result.run_dir)
-    (result.run_dir / "summary.json").write_text(json.dumps(_document(run), indent=2))
+    write_atomic(result.run_dir / "summary.json", json.dumps(_document(run), indent=2))
     if as_json:
         print_json(_document(run))
     elif run.waits is not None:

@@ -42,7 +42,9 @@ def with_read_only(options: str | None) -> str:
 
 def lifting_statement(script: Path) -> str | None:
     """Why `script` could lift the read-only guard (its first such line), or None."""
-    text = _COMMENTS.sub(lambda m: "\n" * m.group(0).count("\n"), script.read_text())
+    # pgbench reads a script as bytes in any encoding: what the patterns look for is ASCII.
+    raw = script.read_text(encoding="utf-8", errors="surrogateescape")
+    text = _COMMENTS.sub(lambda m: "\n" * m.group(0).count("\n"), raw)
     for pattern, what in _LIFTS:
         found = pattern.search(text)
         if found:
