@@ -9,7 +9,14 @@ from typing import Annotated, Any
 import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
-from pgscope.cli.options import JsonFlag, PgBin, ResultsDir
+from pgscope.cli.options import (
+    DSN_SOURCES_HELP,
+    DsnFile,
+    JsonFlag,
+    PgBin,
+    ResultsDir,
+    resolve_dsn,
+)
 from pgscope.cli.title import safe_command_line
 from pgscope.errors import EnvironmentProblem, Interrupted, RunFailed
 
@@ -106,9 +113,10 @@ def run(
         str | None,
         typer.Option(
             help="Run against an existing server instead of an embedded cluster. Read-only "
-            "unless --allow-writes; never changes its settings."
+            "unless --allow-writes; never changes its settings. " + DSN_SOURCES_HELP
         ),
     ] = None,
+    dsn_file: DsnFile = None,
     allow_writes: Annotated[
         bool,
         typer.Option(
@@ -185,7 +193,14 @@ def run(
     from pgscope.runner.run import RunOptions, execute
     from pgscope.signals import signals_as_exceptions
     from pgscope.spec import load_spec, parse_action, parse_client_list, parse_setting
+    from pgscope.target.conn import ConnParams
 
+    err = err_console()
+    dsn, dsn_source = resolve_dsn(dsn, dsn_file)
+    if dsn is not None and dsn_source != "--dsn":
+        # Not on the command line: say which server, or a forgotten variable runs elsewhere.
+        shown = ConnParams.from_dsn(dsn, dsn_source).conninfo()
+        err.print(f"· server from {dsn_source}: {shown}", highlight=False, markup=False)
     overrides: dict[str, Any] = {}
     flags: dict[str, str] = {}
 
@@ -239,7 +254,6 @@ def run(
         work_dir=work_dir,
         keep_xact_logs=not no_xact_log,
     )
-    err = err_console()
     outcome = execute(loaded, options, ConsoleReporter(err))
     try:
         # A second Ctrl-C while analysing and writing the report: the data is already safe.
