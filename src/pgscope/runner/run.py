@@ -19,6 +19,7 @@ from pgscope.collect import registry
 from pgscope.collect.base import CollectorEnv
 from pgscope.collect.manager import CollectorSet
 from pgscope.drive.pgbench import Pgbench
+from pgscope.drive.readonly import verify_read_only
 from pgscope.errors import EnvironmentProblem, Interrupted, RefusedError, RunFailed, TargetError
 from pgscope.host import describe_host, usable_cores
 from pgscope.proc import RunAs, server_account
@@ -97,6 +98,8 @@ def execute(
         if not options.allow_writes:
             check_read_only_scripts(loaded.scripts())
         server.check_reachable()
+        if not options.allow_writes:
+            verify_read_only(server.conn)
     else:
         account = server_account(options.run_as)
 
