@@ -430,8 +430,12 @@ def test_a_role_without_table_grants_is_told_which_grant_it_needs(
 def test_the_recommended_role_runs_read_only_to_the_end(
     cluster: EmbeddedCluster, pg: PgBinaries, tmp_path: Path
 ) -> None:
-    """pg_monitor and SELECT on the tables: the run completes, its collectors all work."""
+    """pg_monitor and SELECT on the tables: the run completes, its collectors all work, the
+    statements collector too (pg_stat_statements installed, as a DBA would have it)."""
     _roles_on_pgbench_tables(cluster, pg)
+    cluster.apply_settings({"shared_preload_libraries": "pg_stat_statements"})
+    with cluster.connect() as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
     dsn_file = tmp_path / "dsn"
     dsn_file.write_text(dsn(cluster).replace("user=postgres", "user=reader") + "\n")
     result = pgscope(
@@ -444,6 +448,17 @@ def test_the_recommended_role_runs_read_only_to_the_end(
     assert [s["status"] for s in doc["steps"]] == ["ok", "ok"]
     assert all(s["tps"] > 0 for s in doc["steps"])
     collectors = {c["name"]: c for c in doc["environment"]["collectors"]}
-    assert {"activity", "pgstats"} <= set(collectors)
-    assert not [c for c in collectors.values() if c["status"] == "failed"], collectors
+    assert {"activity", "pgstats", "statements"} <= set(collectors)
+    working = {n for n, c in collectors.items() if c["available"] and c["status"] != "failed"}
+    assert working == set(collectors), collectors
     assert doc["waits"]["overall"]["samples"] > 0, "pg_monitor lets it see the sessions"
+    import duckdb
+
+    store = duckdb.connect(str(Path(doc["run_dir"]) / "run.duckdb"), read_only=True)
+    try:
+        row = store.execute(
+            "SELECT count(*) FROM statement_texts WHERE query LIKE '%FROM pgbench_accounts%'"
+        ).fetchone()
+    finally:
+        store.close()
+    assert row is not None and row[0] > 0, "the workload's statement, read as this role"
