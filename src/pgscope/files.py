@@ -25,8 +25,15 @@ def write_atomic(path: Path, text: str) -> Path:
             os.fsync(out.fileno())  # the rename must not outlive the data on a crash
         os.replace(temp, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            temp.unlink()
+        _discard(temp)
         kept = f" (the previous {path.name} is unchanged)" if existed else ""
         raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}{kept}") from None
+    except BaseException:  # a Ctrl-C mid-write leaves no half file behind either
+        _discard(temp)
+        raise
     return path
+
+
+def _discard(temp: Path) -> None:
+    with contextlib.suppress(OSError):
+        temp.unlink()
