@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from pgscope.drive.loaduser import LoadUser, load_account
 from pgscope.proc import server_account
 from pgscope.target.embedded import (
     NO_SERVER_ENV,
@@ -350,6 +351,14 @@ def no_leftovers() -> Iterator[None]:
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
     assert not left_procs, f"processes left behind by the suite: {describe(left_procs)}"
     assert not left_dirs, f"cluster directories left behind by the suite: {sorted(left_dirs)}"
+
+
+@pytest.fixture(scope="session")
+def load_user() -> Iterator[LoadUser]:
+    """The account pgbench and psql run as (never root), with its working directory (in the
+    session's TMPDIR, which that account can enter, like the clusters')."""
+    with LoadUser.private(load_account(None), Path(tempfile.gettempdir())) as user:
+        yield user
 
 
 @pytest.fixture

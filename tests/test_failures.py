@@ -68,6 +68,15 @@ def test_an_error_of_the_workloads_sql_is_its_message() -> None:
     guard = abort.format(0, "cannot execute UPDATE in a read-only transaction")
     assert workload_error([guard]) == "cannot execute UPDATE in a read-only transaction"
     assert workload_error([guard], read_only=True) is None, "pgscope's guard: a refusal"
+    # The server's own failures are faults, whatever statement met them (a full disk, memory).
+    for fault in (
+        'could not extend file "base/5/16398": No space left on device',
+        'could not write to file "pg_wal/xlogtemp.123": No space left on device',
+        "out of memory",
+    ):
+        assert workload_error([abort.format(0, fault)]) is None, fault
+    unique = 'duplicate key value violates unique constraint "t_pkey"'
+    assert workload_error([abort.format(0, unique)]) == unique, "the SQL's own: a result"
 
 
 def _sheet(**facts: float) -> FactSheet:

@@ -7,6 +7,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pgscope.drive.loaduser import LoadUser
 from pgscope.drive.pgbench import (
     Pgbench,
     ProgressRow,
@@ -49,8 +50,8 @@ def test_parse_summary() -> None:
 
 
 @pytest.fixture(scope="module")
-def bench(shared_cluster: EmbeddedCluster, pg: PgBinaries) -> Pgbench:
-    driver = Pgbench(pg, shared_cluster.conn, read_only=False)
+def bench(shared_cluster: EmbeddedCluster, pg: PgBinaries, load_user: LoadUser) -> Pgbench:
+    driver = Pgbench(pg, shared_cluster.conn, read_only=False, user=load_user)
     assert driver.initialise(1, allow_writes=True) is True
     assert driver.initialise(1, allow_writes=True) is False, "same scale: skipped"
     assert driver.current_scale() == 1
@@ -112,7 +113,7 @@ def test_read_only_is_enforced_by_the_server(
 
     script = tmp_path / "w.sql"
     script.write_text("UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1;\n")
-    read_only = Pgbench(pg, bench.conn, read_only=True)
+    read_only = Pgbench(pg, bench.conn, read_only=True, user=bench.user)
     run = read_only.run(
         Workload(None, (ScriptRef(script),), "simple"),
         clients=1,

@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +18,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pgscope.collect.roles import process_role
+from pgscope.proc import child_pids
 from pgscope.target.embedded import EmbeddedCluster
 from tests.conftest import (
+    describe,
     one_line_error,
     pgscope,
     server_processes,
@@ -367,3 +371,122 @@ def test_a_read_only_run_on_a_users_server_issues_no_write(
     for path in (tmp_path / "r").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), f"the password is in {path}"
+
+
+@pytest.mark.server
+def test_what_a_killed_run_left_is_found_by_doctor_and_removed_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL leaves no chance to clean up: the cluster folder (~70 MB) and the load
+    account's folder stay. Their markers name a pgscope that is gone: doctor lists them, and
+    the next run stops what still runs from them and deletes them."""
+    scratch = Path(tempfile.gettempdir())
+    before = {p for p in scratch.glob("pgscope-*") if (p / ".pgscope-owner").exists()}
+    proc = start(
+        [
+            *("run", "scaling", "--clients", "1,2", "--duration", "30", "--scale", "1"),
+            *BASE,
+            *("--collectors", "activity", "--results-dir", str(tmp_path / "killed")),
+        ]
+    )
+    wait_for_line(proc, r"step 1/2")
+    proc.kill()
+    proc.wait(timeout=10)
+    left = {p for p in scratch.glob("pgscope-*") if (p / ".pgscope-owner").exists()} - before
+    assert any((p / "data").is_dir() for p in left), f"a cluster folder stays: {left}"
+
+    doctor = pgscope("doctor", "--json")
+    [check] = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "leftovers"]
+    assert not check["ok"] and all(str(p) in check["detail"] for p in left), check
+
+    again = pgscope(
+        *("run", "scaling", "--clients", "1", "--duration", "1", "--scale", "1"),
+        *BASE,
+        *("--collectors", "activity", "--results-dir", str(tmp_path / "next")),
+    )
+    assert again.returncode == 0, again.stderr
+    assert "removing what a killed run left" in again.stderr
+    assert not any(p.exists() for p in left), "the next run removed them"
+    running_there = [pid for pid in server_processes() if any(str(p) in _cwd(pid) for p in left)]
+    assert not running_there, describe(set(running_there))
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+@pytest.mark.server
+def test_a_killed_backend_fails_its_step_and_the_server_recovers_for_the_next(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of one backend: the postmaster resets every session and recovers (crash
+    restart) by itself. The step it hit is recorded as failed with the reason, the next runs."""
+    proc = start(
+        [
+            *("run", "scaling", "--clients", "2,3", "--order", "sequential"),
+            *("--duration", "6", "--scale", "1", *BASE),
+            *("--collectors", "activity,pgstats", "--json", "--results-dir", str(tmp_path)),
+        ]
+    )
+    wait_for_line(proc, r"step 1/2 .* tps")  # step 1 done: step 2 is starting
+    time.sleep(3)
+    postmaster = next(
+        pid for pid in server_processes() if _title(pid).startswith("/") and " -D " in _title(pid)
+    )
+    backend = next(pid for pid in child_pids(postmaster) if process_role(_title(pid)) == "backend")
+    os.kill(backend, signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 7, err
+    assert "Traceback" not in err
+    doc = json.loads(out)
+    statuses = [(s["step_id"], s["status"]) for s in doc["steps"]]
+    assert statuses == [(1, "ok"), (2, "failed")], statuses
+    assert doc["steps"][1]["error"], "the failed step says why"
+    assert (Path(doc["run_dir"]) / "summary.json").is_file()
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.server
+def test_a_full_cluster_disk_fails_the_steps_it_hits_and_keeps_the_summary(
+    tmp_path: Path,
+) -> None:
+    """The cluster's own disk (--work-dir) fills after step 1: the server's "No space left on
+    device" is a fault of the step (not the workload's result), the run ends with exit 7 and
+    the summary of what was measured."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    work = Path(tempfile.mkdtemp(prefix="small-work-"))  # the account can enter the TMPDIR
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(work)], check=True)
+    try:
+        work.chmod(0o1777)
+        proc = start(
+            [
+                *("run", "scaling", "--clients", "1,2", "--order", "sequential"),
+                *("--duration", "3", "--scale", "5", "--workload", "tpcb-like", *BASE),
+                *("--collectors", "activity", "--work-dir", str(work), "--json"),
+                *("--results-dir", str(tmp_path)),
+            ]
+        )
+        wait_for_line(proc, r"step 1/2 .* tps")
+        free = shutil.disk_usage(work).free
+        with contextlib.suppress(OSError), (work / "filler").open("wb") as filler:
+            filler.write(b"\0" * free)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        subprocess.run(["umount", "-l", str(work)], check=False)
+        work.rmdir()
+    assert proc.returncode == 7, err
+    assert "Traceback" not in err
+    doc = json.loads(out)
+    assert [s["status"] for s in doc["steps"]] == ["ok", "failed"], doc["steps"]
+    assert "No space left on device" in doc["steps"][1]["error"]
+    assert (Path(doc["run_dir"]) / "summary.json").is_file()

@@ -16,9 +16,12 @@ import pytest
 
 from pgscope.analyze.usdt import average_waiting, by_step, checkpoints
 from pgscope.collect import default_selection, registry
+from pgscope.collect.roles import postmasters_of
+from pgscope.proc import child_pids
 from pgscope.runner.plan import PlannedStep
 from pgscope.runner.run import RunOptions, execute
 from pgscope.spec import load_spec
+from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
 from tests.conftest import pgscope as run_cli
 from tests.test_usdt import needs_tracing
@@ -239,3 +242,32 @@ def _run_as_postgres(work: Path) -> Path:
     assert os.waitstatus_to_exitcode(status) == 0
     (run_dir,) = (work / "results").iterdir()
     return run_dir
+
+
+# -- another cluster of the same binary pays the probe traps: the run says so -----------------
+
+
+@pytest.mark.load
+@needs_tracing
+def test_a_traced_run_names_the_other_clusters_of_its_binary(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    bystander = cluster.postmaster_pid
+    assert bystander is not None
+    assert bystander in postmasters_of(cluster.pg.path("postgres"))
+    assert not set(child_pids(bystander)) & set(postmasters_of(cluster.pg.path("postgres")))
+    result = run_cli(
+        "run", "--workload", "select-only", "--scale", "1", "--clients", "1", "--duration", "1",
+        "--warmup", "0", "--repeats", "1", "--collectors", "usdt",
+        "--results-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "other cluster(s) run" in line]
+    assert said and str(bystander) in said[0], result.stderr
+    untraced = run_cli(
+        "run", "--workload", "select-only", "--scale", "1", "--clients", "1", "--duration", "1",
+        "--warmup", "0", "--repeats", "1", "--collectors", "activity",
+        "--results-dir", str(tmp_path / "untraced"),
+    )  # fmt: skip
+    assert untraced.returncode == 0, untraced.stderr
+    assert "other cluster(s) run" not in untraced.stderr, "no tracing: nothing to warn about"

@@ -6,9 +6,11 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pgscope import leftovers
 from pgscope.collect.elfprobes import list_probes
 from pgscope.errors import EnvironmentProblem
 from pgscope.proc import server_account
@@ -72,7 +74,30 @@ def collector_checks(pg_bin: Path | None) -> list[Check]:
     return checks
 
 
-def run_checks(pg_bin: Path | None = None) -> list[Check]:
+def leftover_check(clean: bool, work_dirs: list[Path]) -> Check:
+    """Directories (and servers) a killed run left in the temporary or work folders."""
+    where = [Path(tempfile.gettempdir()), *work_dirs]
+    found = leftovers.find(where)
+    places = ", ".join(str(p) for p in dict.fromkeys(where))
+    if not found:
+        return Check("leftovers", True, f"none of killed runs in {places}")
+    listed = "; ".join(f.describe() for f in found)
+    if clean:
+        for leftover in found:
+            leftovers.remove(leftover)
+        return Check("leftovers", True, f"removed {len(found)}: {listed}")
+    return Check(
+        "leftovers",
+        False,
+        f"{len(found)} left by killed runs: {listed}",
+        "pgscope doctor --clean (stops their servers, then deletes them; the next run does too)",
+        "disk space, free ports",
+    )
+
+
+def run_checks(
+    pg_bin: Path | None = None, clean: bool = False, work_dirs: list[Path] | None = None
+) -> list[Check]:
     checks: list[Check] = []
     is_root = os.geteuid() == 0
     checks.append(
@@ -212,4 +237,5 @@ def run_checks(pg_bin: Path | None = None) -> list[Check]:
                 "CPU profiles",
             )
         )
+    checks.append(leftover_check(clean, work_dirs or []))
     return checks

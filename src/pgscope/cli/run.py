@@ -128,7 +128,9 @@ def run(
         str | None,
         typer.Option(
             "--run-as",
-            help="When root: the account that runs the embedded server (default: postgres).",
+            help="When root: the account that runs the embedded server, pgbench and psql "
+            "(your scripts and init SQL never run as root; default: postgres, or nobody on a "
+            "--dsn run where there is no postgres).",
         ),
     ] = None,
     work_dir: Annotated[

@@ -22,6 +22,7 @@ from typing import Any
 from pgscope.collect.base import CollectorError
 from pgscope.collect.perffold import ProcessTree
 from pgscope.collect.roles import cluster_pids
+from pgscope.leftovers import claim
 from pgscope.proc import spawn, stop_process
 
 READY_TIMEOUT_S = 20.0
@@ -48,6 +49,7 @@ class PerfRecording:
 
     def start(self) -> None:
         self._fifo_dir = Path(tempfile.mkdtemp(prefix="pgscope-perfctl-"))
+        claim(self._fifo_dir)
         ctl, ack = self._fifo_dir / "ctl", self._fifo_dir / "ack"
         os.mkfifo(ctl, 0o600)
         os.mkfifo(ack, 0o600)

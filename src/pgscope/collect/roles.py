@@ -7,6 +7,7 @@ poll, one thread per recording).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -53,6 +54,22 @@ def _title(pid: int) -> str | None:
     except OSError:
         return None
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def postmasters_of(binary: Path) -> list[int]:
+    """Postmasters running `binary`: processes of it whose parent runs something else (every
+    other process of a cluster is a postmaster's child)."""
+    target = binary.resolve()
+    running: dict[int, int] = {}  # pid -> parent, for processes of `binary`
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(proc / "exe")) != target:
+                continue
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        running[int(proc.name)] = int(stat[1])
+    return sorted(pid for pid, parent in running.items() if parent not in running)
 
 
 def cluster_pids(postmaster: int) -> list[int]:

@@ -17,13 +17,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import psycopg
 
+from pgscope.drive.loaduser import LoadUser
 from pgscope.drive.readonly import READ_ONLY_OPTION, guarded
 from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
@@ -120,6 +121,14 @@ class Workload:
     defines: tuple[tuple[str, str], ...] = ()  # pgbench -D NAME=VALUE
     max_tries: int = 1  # pgbench --max-tries: tries of a serialization/deadlock failure
 
+    def readable_by(self, user: LoadUser) -> Workload:
+        """The same workload reading copies of its scripts that `user`'s account can read."""
+        scripts = tuple(
+            replace(script, path=user.readable_copy(script.path, str(index)))
+            for index, script in enumerate(self.scripts)
+        )
+        return replace(self, scripts=scripts)
+
     def args(self) -> list[str]:
         # --failures-detailed: a failed transaction's log line says serialization or deadlock.
         args = ["-M", self.protocol, f"--max-tries={self.max_tries}", "--failures-detailed"]
@@ -163,6 +172,7 @@ class Pgbench:
     pg: PgBinaries
     conn: ConnParams
     read_only: bool  # enforce server-side with default_transaction_read_only
+    user: LoadUser  # who runs pgbench (never root: scripts can run shell commands), and where
 
     def _env(self) -> dict[str, str]:
         env = self.conn.env()
@@ -219,7 +229,13 @@ class Pgbench:
             *self._conn_args(),
         ]
         proc = spawn(
-            argv, env=self.conn.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            argv,
+            run_as=self.user.run_as,
+            cwd=self.user.workdir,
+            env=self.conn.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             _, err = proc.communicate(timeout=max(600, scale * 10))
@@ -240,12 +256,15 @@ class Pgbench:
         log_prefix: Path,
         cpus: set[int] | None = None,
     ) -> RunningPgbench:
-        """Launch pgbench for `seconds` (on `cpus` if given); `follow()` reads it."""
+        """Launch pgbench for `seconds` (on `cpus` if given); `follow()` reads it. Its stdout
+        goes beside `log_prefix`; its transaction logs, written as the load's account, to the
+        same-named place in that account's working directory."""
         log_prefix.parent.mkdir(parents=True, exist_ok=True)
+        log_dir = self.user.directory(f"steps/{log_prefix.parent.name}")
         argv: list[str | os.PathLike[str]] = [
             self.pg.path("pgbench"),
             "-n",
-            *workload.args(),
+            *workload.readable_by(self.user).args(),
             "-c",
             str(clients),
             "-j",
@@ -265,7 +284,8 @@ class Pgbench:
         try:
             proc = spawn(
                 argv,
-                cwd=log_prefix.parent,
+                run_as=self.user.run_as,
+                cwd=log_dir,
                 env=self._env(),
                 stdout=stdout_file,
                 stderr=subprocess.PIPE,
@@ -279,7 +299,7 @@ class Pgbench:
             proc,
             stdout_file,
             stdout_path,
-            log_prefix,
+            log_dir / log_prefix.name,
             started_us,
             seconds,
             read_only=self.read_only,
@@ -407,7 +427,19 @@ def workload_error(aborts: list[str], read_only: bool = False) -> str | None:
         return None
     if read_only and any("read-only transaction" in (m or "") for m in messages):
         return None
+    if any(_SERVER_FAULT.search(m or "") for m in messages):
+        return None  # the server could not do what the SQL asked: a fault, not a result
     return messages[0]
+
+
+# ERRORs a statement gets because the server or its host failed, not because of what the SQL
+# says (pgbench reports the message without its SQLSTATE: classes 53, 57, 58 and XX by text).
+_SERVER_FAULT = re.compile(
+    r"No space left on device|disk quota|could not (extend|write|fsync|read|open|create|seek)"
+    r"|Input/output error|out of memory|too many connections|the database system is"
+    r"|terminating connection|lost synchronization",
+    re.IGNORECASE,
+)
 
 
 def _first_error(stderr: str) -> str:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from pgscope.drive.loaduser import LoadUser
 from pgscope.errors import TargetError
 from pgscope.proc import spawn, stop_process
 from pgscope.runner.context import RunContext
@@ -31,15 +32,19 @@ def initialise_target(ctx: RunContext) -> int:
     init_sql = ctx.loaded.init_sql_path()
     if init_sql is not None:
         reporter.phase(f"running {init_sql.name}")
-        run_init_sql(ctx.pgbench.pg, conn, init_sql)
+        run_init_sql(ctx.pgbench.pg, conn, init_sql, ctx.pgbench.user)
         store.add_event("init", f"init_sql {init_sql}")
     return version_num
 
 
-def run_init_sql(pg: PgBinaries, conn: ConnParams, path: Path) -> None:
+def run_init_sql(pg: PgBinaries, conn: ConnParams, path: Path, user: LoadUser) -> None:
     """Run a SQL file with psql: statement by statement (VACUUM and CREATE INDEX
     CONCURRENTLY cannot run in the one transaction a multi-statement query would be), with
-    psql's own parsing of quoting and meta-commands, stopping at the first error."""
+    psql's own parsing of quoting and meta-commands, stopping at the first error.
+
+    psql runs as the load's account (`\\!` runs a shell) and reads the file from its stdin,
+    which pgscope opens: the account need not be able to read it. It starts in the file's
+    directory, so `\\i` and `\\ir` find the files the account may read there."""
     argv = [
         str(pg.path("psql")),
         "-X",
@@ -47,10 +52,20 @@ def run_init_sql(pg: PgBinaries, conn: ConnParams, path: Path) -> None:
         "-v",
         "ON_ERROR_STOP=1",
         "-f",
-        str(path),
+        "-",
         conn.conninfo(),
     ]
-    proc = spawn(argv, env=conn.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with path.open("rb") as script:
+        proc = spawn(
+            argv,
+            run_as=user.run_as,
+            cwd=path.parent,
+            env=conn.env(),
+            stdin=script,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
         _, err = proc.communicate(timeout=3600)
     except BaseException:

@@ -20,12 +20,12 @@ def activate_instances(ctx: RunContext, step: PlannedStep) -> list[Pgbench]:
     while len(servers.instances) < wanted:
         number = len(servers.instances) + 2
         instance = servers.start_instance(number)
-        driver = Pgbench(ctx.pgbench.pg, instance.conn, read_only=False)
+        driver = Pgbench(ctx.pgbench.pg, instance.conn, read_only=False, user=ctx.pgbench.user)
         if ctx.spec.scale > 0:
             driver.initialise(ctx.spec.scale, allow_writes=True)
         init_sql = ctx.loaded.init_sql_path()
         if init_sql is not None:
-            run_init_sql(ctx.pgbench.pg, instance.conn, init_sql)
+            run_init_sql(ctx.pgbench.pg, instance.conn, init_sql, ctx.pgbench.user)
         ctx.store.add_event("instance", f"instance {number} started and initialised", step.step_id)
     drivers = []
     for index, instance in enumerate(servers.instances):
@@ -36,7 +36,9 @@ def activate_instances(ctx: RunContext, step: PlannedStep) -> list[Pgbench]:
         instance.apply_settings(settings)
         with instance.connect() as session:
             session.execute("CHECKPOINT")
-        drivers.append(Pgbench(ctx.pgbench.pg, instance.conn, read_only=False))
+        drivers.append(
+            Pgbench(ctx.pgbench.pg, instance.conn, read_only=False, user=ctx.pgbench.user)
+        )
     return drivers
 
 

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgscope import __version__
+from pgscope import __version__, leftovers
 from pgscope.collect import registry
 from pgscope.collect.base import CollectorEnv
 from pgscope.collect.manager import CollectorSet
+from pgscope.collect.roles import postmasters_of
+from pgscope.drive.loaduser import LoadUser, load_account
 from pgscope.drive.pgbench import Pgbench
 from pgscope.drive.readonly import verify_read_only
 from pgscope.errors import EnvironmentProblem, Interrupted, RefusedError, RunFailed, TargetError
@@ -117,10 +119,15 @@ def execute(
         server.conn.conninfo() if server else "embedded",
         describe_host(),
     )
-    cluster_dir = (options.work_dir or Path(tempfile.gettempdir())) if account is not None else None
+    work_parent = options.work_dir or Path(tempfile.gettempdir())
+    cluster_dir = work_parent if account is not None else None
     check_folders(options.results_dir, cluster_dir, spec.scale)
     store = RunStore.create(run_dir, meta)
     store.add_event("plan", f"{len(steps)} steps, seed {seed}, {cores} usable cores")
+    for leftover in leftovers.find([work_parent, Path(tempfile.gettempdir())]):
+        reporter.phase(f"removing what a killed run left: {leftover.describe()}")
+        leftovers.remove(leftover)
+        store.add_event("cleanup", f"removed {leftover.describe()}")
     env = CollectorEnv(pg, target_kind, server.conn if server else None, os.geteuid() == 0)
     error: Exception | None = None
     try:
@@ -128,7 +135,10 @@ def execute(
             collectors = CollectorSet(
                 _selection(spec, server, reporter.phase), env, store, reporter.phase
             )
-            with Topology(reporter.phase, store, server) as servers:
+            with (
+                LoadUser.private(load_account(options.run_as), work_parent) as load_user,
+                Topology(reporter.phase, store, server) as servers,
+            ):
                 ctx = RunContext(
                     loaded,
                     steps,
@@ -144,7 +154,7 @@ def execute(
                     if account is not None:
                         _start_cluster(ctx, pg, account, options, env)
                     ctx.driver = Pgbench(
-                        pg, servers.conn, server is not None and not server.allow_writes
+                        pg, servers.conn, server is not None and not server.allow_writes, load_user
                     )
                     run_steps(ctx, env)
                 finally:
@@ -214,8 +224,28 @@ def _start_cluster(
         **ctx.collectors.startup_settings(env),
     }
     cluster = ctx.servers.start_embedded(pg, account, startup, options.work_dir, ctx.spec.standbys)
+    _warn_bystanders(ctx, pg, cluster)
     validate_variants(cluster, ctx.spec)
     return cluster
+
+
+def _warn_bystanders(ctx: RunContext, pg: PgBinaries, cluster: EmbeddedCluster) -> None:
+    """Kernel tracing attaches to the binary, not to one cluster: every other cluster of the
+    same binary pays the probe traps while this run traces. Say so, with the cost."""
+    if not any(c.name == "usdt" for c in ctx.collectors.active):
+        return  # perf samples only the processes it is given; bpftrace uprobes patch the file
+    ours = {cluster.postmaster_pid, *(s.postmaster_pid for s in ctx.servers.standbys)}
+    others = [p for p in postmasters_of(pg.path("postgres")) if p not in ours]
+    if others:
+        message = (
+            f"{len(others)} other cluster(s) run {pg.path('postgres')} (postmaster PID "
+            f"{', '.join(map(str, others))}) and hit the same probe sites while this run "
+            f"traces them (usdt): its default programs cost such a bystander "
+            f"nothing measurable, its io and lwlock_hold programs 22% and 59% of its tps "
+            f"(docs/benchmarks.md)"
+        )
+        ctx.reporter.phase(message)
+        ctx.store.add_event("bystanders", message)
 
 
 def disk_full(exc: BaseException) -> str | None:

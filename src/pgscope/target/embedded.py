@@ -36,6 +36,7 @@ from psycopg import sql
 
 from pgscope.errors import EnvironmentProblem, SpecError, TargetError
 from pgscope.host import memory_bytes
+from pgscope.leftovers import claim
 from pgscope.proc import RunAs, child_pids, kill_tree, spawn, wait_until
 from pgscope.proc import run_as_user as run_child
 from pgscope.target.conn import ConnParams
@@ -242,6 +243,7 @@ class EmbeddedCluster:
             raise EnvironmentProblem(
                 f"cannot create a cluster directory in {parent}: {exc.strerror}"
             ) from None
+        claim(self.root)
         (self.root / "socket").mkdir()
         for path in (self.root, self.root / "socket"):
             self.run_as.chown(path)
@@ -541,6 +543,7 @@ def _own_base(parent: Path, run_as: RunAs) -> Path:
     global _process_base
     if _process_base is None or not _process_base.is_dir():
         _process_base = Path(tempfile.mkdtemp(prefix="pgscope-template-", dir=parent))
+        claim(_process_base)
         run_as.chown(_process_base)  # initdb, as the account, writes inside
         atexit.register(shutil.rmtree, _process_base, True)
     return _process_base

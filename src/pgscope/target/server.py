@@ -8,7 +8,7 @@ default_transaction_read_only=on, so the server itself rejects a write a script 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -23,9 +23,15 @@ class ExistingServer:
     allow_writes: bool
 
     def check_reachable(self) -> None:
-        """Connect once now, so an unreachable DSN fails before anything else happens."""
+        """Connect once now, so an unreachable DSN fails before anything else happens.
+
+        A password libpq found on its own (~/.pgpass) is kept for pgbench and psql: they run as
+        an unprivileged account, which cannot read pgscope's user's files."""
         with self.conn.connect() as conn:
             conn.execute("SELECT 1")
+            used = conn.info.password
+        if used and not self.conn.password:
+            self.conn = replace(self.conn, password=used)
 
     def is_alive(self) -> bool:
         try:

@@ -1,0 +1,78 @@
+"""Who runs the programs that execute user-provided files, and where they work.
+
+pgbench scripts (`\\shell`, `\\setshell`) and init SQL (psql's `\\!`) run shell commands: run
+as root, a spec file shared between colleagues would be root code. So pgbench and psql run as
+the unprivileged account that owns the embedded server (`--run-as`, else `postgres`; on a
+user's server, the same account, or `nobody` where there is no `postgres`). Root stays only
+with the kernel-side collectors (bpftrace, perf) and pgscope itself.
+
+That account may not reach the results folder (under `/root`, say) or the user's scripts, so
+each run gets a private directory (0700, owned by the account, removed at the end) where
+pgbench writes its transaction logs and reads copies of the scripts; pgscope, as root, reads
+the logs from there and archives them into the run folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pgscope.leftovers import claim
+from pgscope.proc import RunAs, server_account
+
+FALLBACK_ACCOUNT = "nobody"
+
+
+def load_account(requested: str | None) -> RunAs:
+    """The account for the load's programs. Not root: the current user. Root: `requested`,
+    else `postgres`, else `nobody`: never root itself."""
+    if os.geteuid() != 0 or requested:
+        return server_account(requested)
+    for name in ("postgres", FALLBACK_ACCOUNT):
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return server_account(name)
+    return server_account(None)  # raises: says how to create one
+
+
+@dataclass(frozen=True)
+class LoadUser:
+    """The account that runs pgbench and psql, and its private working directory."""
+
+    run_as: RunAs
+    workdir: Path
+
+    @classmethod
+    @contextlib.contextmanager
+    def private(cls, run_as: RunAs, parent: Path) -> Iterator[LoadUser]:
+        """A fresh working directory for `run_as` under `parent`, removed on the way out."""
+        workdir = Path(tempfile.mkdtemp(prefix="pgscope-load-", dir=parent))
+        try:
+            claim(workdir)
+            run_as.chown(workdir)
+            yield cls(run_as, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def directory(self, name: str) -> Path:
+        """A subdirectory of the working directory the account can write in."""
+        path = self.workdir / name
+        if not path.is_dir():
+            path.mkdir(parents=True)
+            self.run_as.chown(path)
+        return path
+
+    def readable_copy(self, source: Path, slot: str) -> Path:
+        """A copy of `source` the account can read, keeping its file name (pgbench and psql
+        name the script in their messages). Copied by pgscope, so a file only root may read
+        is passed on: the user who gave it to pgscope could read it."""
+        target = self.directory(f"files/{slot}") / source.name
+        shutil.copyfile(source, target)
+        self.run_as.chown(target)
+        return target
