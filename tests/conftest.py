@@ -53,6 +53,8 @@ os.environ["PGSCOPE_TEST_SESSION"] = SESSION_MARK
 SESSION_TMP = Path(tempfile.mkdtemp(prefix="pgscope-tests-"))
 os.chmod(SESSION_TMP, 0o755)  # the server's unprivileged account must reach its cluster
 os.environ["TMPDIR"] = str(SESSION_TMP)
+# A developer's own server must not become every run's target (`run` reads it as --dsn).
+os.environ.pop("PGSCOPE_DSN", None)
 tempfile.tempdir = None  # re-read TMPDIR
 # One initdb for the whole session: every embedded cluster, in this process or in a CLI
 # child, starts from a copy of it (src/pgscope/target/embedded.py).

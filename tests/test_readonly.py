@@ -48,3 +48,33 @@ def test_the_guard_goes_last_in_the_options() -> None:
     assert with_read_only("-c default_transaction_read_only=off") == (
         f"-c default_transaction_read_only=off {READ_ONLY_OPTION}"
     )
+
+
+def test_a_script_in_another_encoding_is_read_not_a_crash(tmp_path: Path) -> None:
+    """pgbench takes a script's bytes as they are: a Latin-1 comment used to end the check
+    with UnicodeDecodeError (exit 1), and a lifting statement after it must still be found."""
+    script = tmp_path / "latin1.sql"
+    script.write_bytes("-- caf\xe9\nSELECT 'd\xe9j\xe0';\n".encode("latin-1"))
+    assert lifting_statement(script) is None
+    script.write_bytes("SELECT '\xe9';\nBEGIN READ WRITE;\n".encode("latin-1"))
+    why = lifting_statement(script)
+    assert why is not None and "latin1.sql line 2: a READ WRITE transaction" in why
+
+
+def test_a_missing_grant_is_named_with_the_statement_that_gives_it() -> None:
+    from pgscope.drive.pgbench import BUILTIN_PRIVILEGES
+    from pgscope.errors import ExitCode
+    from pgscope.target.server import missing_grants
+
+    read = missing_grants("mon", {"pgbench_branches": ["SELECT"]}, "why")
+    assert read.exit_code == ExitCode.TARGET
+    assert str(read) == (
+        "role mon cannot read pgbench_branches (why): GRANT SELECT ON pgbench_branches TO mon"
+    )
+    tpcb = missing_grants('"Odd Role"', BUILTIN_PRIVILEGES["tpcb-like"], "workload tpcb-like")
+    assert str(tpcb) == (
+        'role "Odd Role" lacks SELECT/UPDATE on pgbench_accounts, SELECT/UPDATE on '
+        "pgbench_tellers, SELECT/UPDATE on pgbench_branches, INSERT on pgbench_history "
+        "(workload tpcb-like): GRANT SELECT, UPDATE ON pgbench_accounts, pgbench_tellers, "
+        'pgbench_branches TO "Odd Role"; GRANT INSERT ON pgbench_history TO "Odd Role"'
+    )

@@ -7,12 +7,15 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 
+from pgscope.errors import ExitCode
 from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, one_line_error, pgscope
 
 SECTIONS = (
@@ -256,3 +259,78 @@ def test_an_actions_markup_is_shown_in_the_timeline_not_made_a_link() -> None:
     texts = [a.get("text", "") for a in figure["layout"]["annotations"]]
     assert not any("<a " in t for t in texts), texts
     assert any("&lt;a href" in t for t in texts), texts
+
+
+def _failed_run(run_dir: Path, errors: list[str]) -> Path:
+    """A run store as a run whose every step failed leaves it: no server needed."""
+    from pgscope.store import RunMeta, RunStore
+
+    store = RunStore.create(
+        run_dir,
+        RunMeta(run_dir.name, "scaling", "recipe scaling", "", "{}", "pgscope run", "0",
+                "server", "host=db1", {}),
+    )  # fmt: skip
+    for step_id, error in enumerate(errors, start=1):
+        store.begin_step(step_id, "base", step_id, 1, 1, 2.0, 0.0, False)
+        store.finish_step(step_id, "failed", error, {})
+    store.finish_run("failed", "the server died mid-run")
+    store.close()
+    return run_dir
+
+
+def test_a_failed_runs_report_lists_every_step_error(tmp_path: Path) -> None:
+    errors = [f"pgbench: error: fault number {i}" for i in range(1, 8)]
+    run_dir = _failed_run(tmp_path / "failed", errors)
+    text = pgscope("report", str(run_dir))
+    assert text.returncode == 0, text.stderr
+    assert "failed (the server died mid-run)" in text.stdout
+    for step_id, error in enumerate(errors[:5], start=1):
+        assert f"step {step_id} (base, clients={step_id}): failed: {error}" in text.stdout
+    assert "and 2 more steps not ok (report.html lists every one)" in text.stdout
+    html = pgscope("report", str(run_dir), "--format", "html")
+    assert html.returncode == 0, html.stderr
+    page = (run_dir / "report.html").read_text()
+    assert "the server died mid-run" in page
+    for error in errors:
+        assert f"failed: {error}</td>" in page, error
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_report_html_on_a_full_or_read_only_disk_keeps_the_summary(tiny_disk: Path) -> None:
+    """It used to end as an internal error with an empty summary.json: every file is written
+    beside its place and renamed over it, or not at all."""
+    run_dir = _failed_run(tiny_disk / "run", ["pgbench: error: x"])
+    first = pgscope("report", str(run_dir), "--format", "html")
+    assert first.returncode == 0, first.stderr
+    before = {name: (run_dir / name).read_bytes() for name in ("summary.json", "summary.txt")}
+    assert json.loads(before["summary.json"])["status"] == "failed"
+    fresh = _failed_run(tiny_disk / "fresh", ["pgbench: error: y"])  # no summary yet
+    with contextlib.suppress(OSError), (tiny_disk / "filler").open("wb") as filler:
+        filler.write(b"\0" * shutil.disk_usage(tiny_disk).free)
+    for state, reason in (("full", "No space left on device"), ("ro", "Read-only file system")):
+        if state == "ro":
+            (tiny_disk / "filler").unlink()
+            subprocess.run(["mount", "-o", "remount,ro", str(tiny_disk)], check=True)
+        for folder in (run_dir, fresh):
+            result = pgscope("report", str(folder), "--format", "html")
+            assert result.returncode == ExitCode.ENVIRONMENT, (state, result.stderr)
+            message = one_line_error(result)
+            assert f"cannot write {folder}/summary.json: {reason}" in message, message
+            assert f"the run itself is intact in {folder}/run.duckdb" in message
+        assert {n: (run_dir / n).read_bytes() for n in before} == before, state
+        assert not (fresh / "summary.json").exists(), "no empty summary.json"
+        assert sorted(p.name for p in fresh.iterdir()) == ["run.duckdb"], "no temporary file"
+        text = pgscope("report", str(run_dir))
+        assert text.returncode == 0 and "failed (the server died mid-run)" in text.stdout

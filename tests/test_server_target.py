@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
+from pgscope.target.pgbin import PgBinaries
 from tests.conftest import one_line_error, pgscope
 
 SHORT = ["--duration", "1", "--warmup", "0", "--repeats", "1"]
@@ -279,3 +285,180 @@ def _select_one(tmp_path: Path) -> Path:
     script = tmp_path / "select.sql"
     script.write_text("SELECT 1;\n")
     return script
+
+
+class OptionsDroppingProxy:
+    """A TCP proxy to a cluster that removes `options` from each connection's startup packet,
+    as a connection pooler that ignores that parameter does: pgbench's read-only guard never
+    reaches the server through it."""
+
+    def __init__(self, cluster: EmbeddedCluster) -> None:
+        self.target = ("127.0.0.1", cluster.port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def dsn(self, extra: str = "") -> str:
+        # No SSL or GSS negotiation: the first packet is then the startup packet.
+        return (
+            f"host=127.0.0.1 port={self.port} sslmode=disable gssencmode=disable "
+            f"user=postgres dbname=postgres {extra}"
+        )
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with client, socket.create_connection(self.target) as server:
+            (length,) = struct.unpack("!I", _receive(client, 4))
+            body = _receive(client, length - 4)
+            words = body[4:].split(b"\0")
+            pairs = [(words[i], words[i + 1]) for i in range(0, len(words) - 1, 2) if words[i]]
+            kept = b"".join(k + b"\0" + v + b"\0" for k, v in pairs if k != b"options")
+            packet = body[:4] + kept + b"\0"
+            server.sendall(struct.pack("!I", len(packet) + 4) + packet)
+            back = threading.Thread(target=_pump, args=(server, client), daemon=True)
+            back.start()
+            _pump(client, server)
+            back.join(timeout=30)
+
+
+def _receive(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("closed during the startup packet")
+        data += chunk
+    return data
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while chunk := source.recv(65536):
+            sink.sendall(chunk)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
+
+
+def test_a_guard_dropped_on_the_way_is_refused_before_any_load(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """The guard travels in the connection's `options`; a pooler may drop them. pgscope asks
+    the server, in a session opened as pgbench's, and refuses when it is not read-only."""
+    import psycopg
+
+    with cluster.connect() as conn:
+        conn.execute("CREATE TABLE hits (id int)")
+    proxy = OptionsDroppingProxy(cluster)
+    try:
+        guarded = f"{proxy.dsn()} options='-c default_transaction_read_only=on'"
+        with psycopg.connect(guarded, autocommit=True) as session:
+            row = session.execute("SHOW default_transaction_read_only").fetchone()
+        assert row == ("off",), "the proxy drops the guard, as the test needs"
+        script = tmp_path / "insert.sql"
+        script.write_text("INSERT INTO hits VALUES (1);\n")
+        results = tmp_path / "r"
+        result = pgscope(
+            "run", "--dsn", proxy.dsn(), "--script", str(script), "--scale", "0",
+            "--clients", "1", *SHORT, "--results-dir", str(results),
+        )  # fmt: skip
+    finally:
+        proxy.close()
+    assert result.returncode == 6, result.stderr[-1500:]
+    message = one_line_error(result)
+    assert "the read-only guard did not hold on" in message, message
+    assert "default_transaction_read_only = off, transaction_read_only = off" in message
+    assert "--allow-writes" in message
+    assert not results.exists(), "refused before any run folder is made"
+    with cluster.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM hits").fetchone() == (0,)
+
+
+def _roles_on_pgbench_tables(cluster: EmbeddedCluster, pg: PgBinaries) -> None:
+    """pgbench's tables at scale 1, and roles as a DBA would make them for pgscope: pg_monitor
+    only (monitor), it and SELECT on pgbench_branches only (half), the recommended role
+    (reader: pg_monitor and SELECT on the tables)."""
+    subprocess.run(
+        [pg.path("pgbench"), "-i", "-s", "1", "-q", cluster.conn.conninfo()],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with cluster.connect() as conn:
+        for role in ("monitor", "half", "reader"):
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+            conn.execute(f"GRANT pg_monitor TO {role}")
+        conn.execute("GRANT SELECT ON pgbench_branches TO half")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
+
+
+def test_a_role_without_table_grants_is_told_which_grant_it_needs(
+    cluster: EmbeddedCluster, pg: PgBinaries, tmp_path: Path
+) -> None:
+    """A pg_monitor role without SELECT ended as 'internal error' (InsufficientPrivilege in
+    drive/pgbench.py): now the run fails with the GRANT to give, summarised as far as it got."""
+    _roles_on_pgbench_tables(cluster, pg)
+    expected = {
+        "monitor": "role monitor cannot read pgbench_branches (pgbench counts its rows for the "
+        "scale): GRANT SELECT ON pgbench_branches TO monitor",
+        "half": "role half cannot read pgbench_accounts (workload select-only): GRANT SELECT "
+        "ON pgbench_accounts TO half",
+    }
+    for role, wanted in expected.items():
+        results = tmp_path / role
+        result = pgscope(
+            "run", "--workload", "select-only", "--scale", "1", "--clients", "1", *SHORT,
+            "--results-dir", str(results),
+            env={"PGSCOPE_DSN": dsn(cluster).replace("user=postgres", f"user={role}")},
+        )  # fmt: skip
+        assert result.returncode == 5, (role, result.stderr[-1500:])
+        assert one_line_error(result) == f"pgscope: error: {wanted}", role
+        assert "failed (role " in result.stdout, "the summary, as far as the run got"
+        [run_dir] = list(results.iterdir())
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "failed" and wanted in summary["status_reason"]
+        assert summary["steps"] == []
+
+
+def test_the_recommended_role_runs_read_only_to_the_end(
+    cluster: EmbeddedCluster, pg: PgBinaries, tmp_path: Path
+) -> None:
+    """pg_monitor and SELECT on the tables: the run completes, its collectors all work, the
+    statements collector too (pg_stat_statements installed, as a DBA would have it)."""
+    _roles_on_pgbench_tables(cluster, pg)
+    cluster.apply_settings({"shared_preload_libraries": "pg_stat_statements"})
+    with cluster.connect() as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+    dsn_file = tmp_path / "dsn"
+    dsn_file.write_text(dsn(cluster).replace("user=postgres", "user=reader") + "\n")
+    result = pgscope(
+        "run", "--dsn-file", str(dsn_file), "--workload", "select-only", "--scale", "1",
+        "--clients", "1,2", *SHORT, "--results-dir", str(tmp_path / "r"), "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-1500:]
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "complete"
+    assert [s["status"] for s in doc["steps"]] == ["ok", "ok"]
+    assert all(s["tps"] > 0 for s in doc["steps"])
+    collectors = {c["name"]: c for c in doc["environment"]["collectors"]}
+    assert {"activity", "pgstats", "statements"} <= set(collectors)
+    working = {n for n, c in collectors.items() if c["available"] and c["status"] != "failed"}
+    assert working == set(collectors), collectors
+    assert doc["waits"]["overall"]["samples"] > 0, "pg_monitor lets it see the sessions"
+    import duckdb
+
+    store = duckdb.connect(str(Path(doc["run_dir"]) / "run.duckdb"), read_only=True)
+    try:
+        row = store.execute(
+            "SELECT count(*) FROM statement_texts WHERE query LIKE '%FROM pgbench_accounts%'"
+        ).fetchone()
+    finally:
+        store.close()
+    assert row is not None and row[0] > 0, "the workload's statement, read as this role"

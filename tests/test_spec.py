@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def test_cli_overrides_win_over_quick_over_file(tmp_path: Path) -> None:
     [
         ("clients = [0, 2]", "field clients.0: Input should be greater than or equal to 1"),
         ("clients = [2, 2]", "client counts must be distinct"),
-        ("duration = -1", "field duration: Input should be greater than 0"),
+        ("duration = -1", "field duration: must be at least 1 s"),
         ("workload = 'tpcc'", "field workload: Input should be"),
         ("colour = 'red'", "unknown field 'colour'"),
         ("[collectors]\nmagic = {}", "unknown collector 'magic'"),
@@ -184,8 +185,51 @@ def test_a_file_name_that_is_no_word_still_names_its_run(tmp_path: Path) -> None
 
 
 def test_a_reversed_client_range_says_so() -> None:
-    with pytest.raises(SpecError, match="ends below its start"):
+    with pytest.raises(SpecError, match=r"the range '8-1' is reversed: .*\(write 1-8\)"):
         parse_client_list("8-1")
+    with pytest.raises(SpecError, match="'8--1' is not a count or range"):
+        parse_client_list("8--1")
+    with pytest.raises(SpecError, match="more than 10000 clients"):
+        parse_client_list("1-99999999999999999999")
+    assert parse_client_list("2 - 4") == [2, 3, 4]
+
+
+def test_a_script_that_is_a_directory_or_has_a_bad_weight_says_which(tmp_path: Path) -> None:
+    """Both used to say "no such file"."""
+    (tmp_path / "x.sql").write_text("SELECT 1;\n")
+    (tmp_path / "d.sql").mkdir()
+    spec = tmp_path / "s.toml"
+    cases = {
+        "d.sql": (InputFileError, "script d.sql: is a directory, not a file"),
+        "x.sql@-3": (SpecError, "weight '-3' must be a whole number >= 1"),
+        "x.sql@0": (SpecError, "weight '0' must be a whole number >= 1"),
+        "x.sql@1.5": (SpecError, "weight '1.5' must be a whole number >= 1"),
+        "x.sql@abc": (InputFileError, "script x.sql@abc: no such file"),
+        "nope.sql": (InputFileError, "script nope.sql: no such file"),
+    }
+    for script, (error, message) in cases.items():
+        spec.write_text(f"scripts = ['{script}']\n")
+        with pytest.raises(error, match=re.escape(message)):
+            load_spec(str(spec))
+    # A file whose name only looks like a weight is that file.
+    (tmp_path / "y.sql@-3").write_text("SELECT 1;\n")
+    spec.write_text("scripts = ['y.sql@-3']\n")
+    assert load_spec(str(spec)).scripts()[0].path.name == "y.sql@-3"
+    spec.write_text("init_sql = 'd.sql'\nscale = 0\n")
+    with pytest.raises(InputFileError, match=r"init_sql d\.sql: is a directory, not a file"):
+        load_spec(str(spec))
+    with pytest.raises(InputFileError, match="is a directory, not a file"):
+        load_spec(str(tmp_path / "d.sql") + "/")
+
+
+@pytest.mark.parametrize("duration", [1e-9, 0.5, 0.999, float("nan"), 0, -1])
+def test_a_step_shorter_than_a_second_is_refused(duration: float) -> None:
+    """pgbench's -T counts whole seconds: --duration 1e-9 silently measured 1 s."""
+    with pytest.raises(SpecError, match=r"^--duration: .*must be at least 1 s|^--duration: Input"):
+        load_spec(
+            "scaling", overrides={"duration": duration}, override_flags={"duration": "--duration"}
+        )
+    assert load_spec("scaling", overrides={"duration": 1}).spec.duration == 1
 
 
 def test_an_action_after_the_steps_end_is_refused(tmp_path: Path) -> None:

@@ -47,6 +47,9 @@ PGSCOPE_KEYS = {
     "pgscope.instances": "run this many clusters side by side, each with the same data and "
     "settings, and split each step's clients between them",
 }
+MAX_CLIENTS = 10000
+# The shortest measured step: pgbench's -T counts whole seconds from 1.
+MIN_DURATION_S = 1.0
 # `pgscope.define.NAME = value` in settings or a variant: pgbench -D NAME=value (a variable
 # the scripts read as :NAME).
 DEFINE_PREFIX = "pgscope.define."
@@ -66,15 +69,38 @@ class ScriptRef:
     def parse(cls, text: str, base_dir: Path) -> ScriptRef:
         name, sep, weight_text = text.rpartition("@")
         if not sep or not weight_text.isdigit():
+            # `x.sql@-3` or `x.sql@1.5` is a bad weight, not a file of that name (unless
+            # there is one): said as such, where "no such file" would send the user looking.
+            whole = bundled_or(Path(os.path.expanduser(text)), base_dir)
+            if sep and _WEIGHTISH.fullmatch(weight_text) and not whole.exists():
+                raise SpecError(
+                    f"script {text!r}: weight {weight_text!r} must be a whole number >= 1"
+                )
             name, weight = text, 1
         else:
             weight = int(weight_text)
             if weight < 1:
-                raise SpecError(f"script {text!r}: weight must be an integer >= 1")
+                raise SpecError(
+                    f"script {text!r}: weight {weight_text!r} must be a whole number >= 1"
+                )
         path = bundled_or(Path(os.path.expanduser(name)), base_dir)
-        if not path.is_file():
-            raise InputFileError(f"script {name}: no such file (looked in {path.parent})")
+        problem = not_a_file(path)
+        if problem:
+            raise InputFileError(f"script {name}: {problem}")
         return cls(path.resolve(), weight)
+
+
+# What a weight after `@` looks like when it is not a whole number >= 1.
+_WEIGHTISH = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?", re.IGNORECASE)
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why `path` cannot be read as an input file (a directory, nothing there), or None."""
+    if path.is_dir():
+        return "is a directory, not a file"
+    if not path.is_file():
+        return f"no such file (looked in {path.parent})"
+    return None
 
 
 def bundled_or(path: Path, base_dir: Path) -> Path:
@@ -117,8 +143,8 @@ class Spec(BaseModel):
     # deadlock error is tried in all; 1 = never retried, 0 = until it succeeds or the step ends.
     max_tries: Annotated[int, Field(ge=0, le=1000)] = 1
     # Steps: every (variant, clients) cell is measured `repeats` times.
-    clients: list[Annotated[int, Field(ge=1, le=10000)]] | Literal["auto"] = "auto"
-    duration: Annotated[float, Field(gt=0, le=86400)] = 30.0  # measured seconds per step
+    clients: list[Annotated[int, Field(ge=1, le=MAX_CLIENTS)]] | Literal["auto"] = "auto"
+    duration: Annotated[float, Field(le=86400)] = 30.0  # measured seconds per step, >= 1
     warmup: Annotated[float, Field(ge=0, le=3600)] = 5.0  # seconds run first and not counted
     repeats: Annotated[int, Field(ge=1, le=1000)] = 3
     order: Literal["random", "sequential"] = "random"
@@ -149,6 +175,18 @@ class Spec(BaseModel):
                 raise ValueError("needs at least one client count")
             if len(set(value)) != len(value):
                 raise ValueError("client counts must be distinct")
+        return value
+
+    @field_validator("duration")
+    @classmethod
+    def _duration_a_second_or_more(cls, value: float) -> float:
+        # pgbench's -T takes whole seconds, at least 1: a shorter step would still run, and be
+        # measured over, a second.
+        if not value >= MIN_DURATION_S:  # NaN too
+            raise ValueError(
+                f"must be at least {MIN_DURATION_S:g} s: pgbench runs whole seconds, so a "
+                f"shorter step would still measure {MIN_DURATION_S:g} s"
+            )
         return value
 
     @field_validator("name")
@@ -286,8 +324,9 @@ class LoadedSpec:
         if self.spec.init_sql is None:
             return None
         path = bundled_or(Path(os.path.expanduser(self.spec.init_sql)), self.base_dir)
-        if not path.is_file():
-            raise InputFileError(f"init_sql {self.spec.init_sql}: no such file")
+        problem = not_a_file(path)
+        if problem:
+            raise InputFileError(f"init_sql {self.spec.init_sql}: {problem}")
         return path.resolve()
 
 
@@ -362,8 +401,9 @@ def load_spec(
     """
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         path = Path(name_or_path).expanduser()
-        if not path.is_file():
-            raise InputFileError(f"spec file {name_or_path}: no such file")
+        problem = not_a_file(path)
+        if problem:
+            raise InputFileError(f"spec file {name_or_path}: {problem}")
         source, base_dir = str(path), path.resolve().parent
     else:
         path = recipe_path(name_or_path)
@@ -449,24 +489,24 @@ def parse_client_list(text: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        lo, sep, hi = part.partition("-")
-        try:
-            if sep and int(hi) < int(lo):
-                raise SpecError(
-                    f"--clients {text!r}: the range {part!r} ends below its start "
-                    f"(write {hi.strip()}-{lo.strip()})"
-                )
-            if sep:
-                counts.extend(range(int(lo), int(hi) + 1))
-            else:
-                counts.append(int(part))
-        except ValueError:
+        found = _CLIENT_PART.fullmatch(part)
+        if found is None:
+            raise SpecError(f"--clients {text!r}: {part!r} is not a count or range (e.g. 1,2,4-8)")
+        lo, hi = int(found["lo"]), int(found["hi"] or found["lo"])
+        if hi < lo:
             raise SpecError(
-                f"--clients {text!r}: {part!r} is not a count or range (e.g. 1,2,4-8)"
-            ) from None
+                f"--clients {text!r}: the range {part!r} is reversed: it ends below its start "
+                f"(write {hi}-{lo})"
+            )
+        if hi > MAX_CLIENTS:  # before expanding it: 1-99999999999 would fill the memory
+            raise SpecError(f"--clients {text!r}: {hi} is more than {MAX_CLIENTS} clients")
+        counts.extend(range(lo, hi + 1))
     if not counts:
         raise SpecError(f"--clients {text!r}: no client counts given")
     return counts
+
+
+_CLIENT_PART = re.compile(r"(?P<lo>\d+)(?:\s*-\s*(?P<hi>\d+))?")
 
 
 def parse_action(text: str) -> dict[str, Any]:

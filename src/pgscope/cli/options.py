@@ -10,6 +10,7 @@ not written).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -42,3 +43,55 @@ PgBin = Annotated[
     ),
 ]
 """--pg-bin, resolved by target.pgbin.find_binaries: run, doctor."""
+
+# -- the server's connection string: --dsn, --dsn-file or $PGSCOPE_DSN -------------------------
+
+DSN_ENV = "PGSCOPE_DSN"
+DSN_SOURCES_HELP = (
+    f"Also from --dsn-file or ${DSN_ENV}. A password on the command line is visible to other "
+    "users of this host (ps: at least while pgscope starts, and in any command that passed "
+    "it on) and stays in shell history: put it in --dsn-file, $PGSCOPE_DSN, or libpq's "
+    "PGPASSWORD, ~/.pgpass or a service file instead."
+)
+"""The end of every --dsn help that --dsn-file and $PGSCOPE_DSN also feed: run, sample."""
+
+DsnFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--dsn-file",
+        help="Read the connection string (--dsn) from this file, e.g. one only you can read "
+        "(chmod 600): its password then never appears in a process list.",
+    ),
+]
+"""--dsn-file of a command that takes --dsn: run, sample."""
+
+
+def resolve_dsn(dsn: str | None, dsn_file: Path | None) -> tuple[str | None, str]:
+    """The connection string and where it came from ("--dsn", "--dsn-file PATH",
+    "$PGSCOPE_DSN"); (None, "") when none was given. $PGSCOPE_DSN is taken out of the
+    environment once read: no child (pgbench, psql, a server) inherits its password."""
+    from pgscope.errors import InputFileError, UsageError
+    from pgscope.spec import not_a_file
+
+    from_env = os.environ.pop(DSN_ENV, None)
+    if dsn is not None and dsn_file is not None:
+        raise UsageError("--dsn and --dsn-file: give one of them")
+    if dsn is not None:
+        return dsn, "--dsn"
+    if dsn_file is not None:
+        where = f"--dsn-file {dsn_file}"
+        problem = not_a_file(dsn_file)
+        if problem:
+            raise InputFileError(f"{where}: {problem}")
+        try:
+            data = dsn_file.read_bytes()
+        except OSError as exc:
+            raise InputFileError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        # Undecodable bytes stay as surrogates: the connection string's parser names them.
+        text = data.decode("utf-8", errors="surrogateescape").strip()
+        if not text:
+            raise UsageError(f"{where}: the file is empty; expected a connection string")
+        return text, where
+    if from_env and from_env.strip():
+        return from_env.strip(), f"${DSN_ENV}"
+    return None, ""

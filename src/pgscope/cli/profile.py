@@ -12,6 +12,7 @@ import typer
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.options import DataDir, ResultsDir
 from pgscope.cli.title import safe_command_line
+from pgscope.files import write_atomic
 
 
 def _postmaster_of(pid: int) -> Path:
@@ -131,7 +132,7 @@ def profile(
             "files": dict(zip(("folded", "speedscope", "html"), map(str, files), strict=True)),
         }
     document["collectors"] = collectors
-    (result.run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str))
+    write_atomic(result.run_dir / "summary.json", json.dumps(document, indent=2, default=str))
     if as_json:
         print_json(document)
     else:

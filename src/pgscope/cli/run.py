@@ -9,9 +9,16 @@ from typing import Annotated, Any
 import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
-from pgscope.cli.options import JsonFlag, PgBin, ResultsDir
+from pgscope.cli.options import (
+    DSN_SOURCES_HELP,
+    DsnFile,
+    JsonFlag,
+    PgBin,
+    ResultsDir,
+    resolve_dsn,
+)
 from pgscope.cli.title import safe_command_line
-from pgscope.errors import Interrupted, RunFailed
+from pgscope.errors import EnvironmentProblem, Interrupted, RunFailed
 
 
 def _absolute_script(text: str) -> str:
@@ -106,9 +113,10 @@ def run(
         str | None,
         typer.Option(
             help="Run against an existing server instead of an embedded cluster. Read-only "
-            "unless --allow-writes; never changes its settings."
+            "unless --allow-writes; never changes its settings. " + DSN_SOURCES_HELP
         ),
     ] = None,
+    dsn_file: DsnFile = None,
     allow_writes: Annotated[
         bool,
         typer.Option(
@@ -187,7 +195,14 @@ def run(
     from pgscope.runner.run import RunOptions, execute
     from pgscope.signals import signals_deferred
     from pgscope.spec import load_spec, parse_action, parse_client_list, parse_setting
+    from pgscope.target.conn import ConnParams
 
+    err = err_console()
+    dsn, dsn_source = resolve_dsn(dsn, dsn_file)
+    if dsn is not None and dsn_source != "--dsn":
+        # Not on the command line: say which server, or a forgotten variable runs elsewhere.
+        shown = ConnParams.from_dsn(dsn, dsn_source).conninfo()
+        err.print(f"· server from {dsn_source}: {shown}", highlight=False, markup=False)
     overrides: dict[str, Any] = {}
     flags: dict[str, str] = {}
 
@@ -241,7 +256,6 @@ def run(
         work_dir=work_dir,
         keep_xact_logs=not no_xact_log,
     )
-    err = err_console()
     outcome = execute(loaded, options, ConsoleReporter(err))
     try:
         # A Ctrl-C while analysing and writing the summary (a second or two) waits for it: the
@@ -251,7 +265,7 @@ def run(
             result = load_analysis(outcome.run_dir)
             document = run_document(result)
             written = write_outputs(result, offered())
-    except Interrupted as exc:
+    except (Interrupted, EnvironmentProblem) as exc:
         exc.add_note(
             f"everything measured is in {outcome.run_dir} (pgscope report {outcome.run_dir} "
             f"--format html writes the report again if it is missing)"

@@ -9,7 +9,7 @@ import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, out_console, print_json
 from pgscope.cli.options import JsonFlag
-from pgscope.errors import UsageError
+from pgscope.errors import EnvironmentProblem, UsageError
 
 
 @app.command()
@@ -90,6 +90,11 @@ def report(
         from pgscope.collect import offered
         from pgscope.render.outputs import write_outputs
 
-        print(write_outputs(result, offered())["report.html"])
+        try:
+            written = write_outputs(result, offered())
+        except EnvironmentProblem as exc:
+            exc.add_note(f"the run itself is intact in {run_dir / 'run.duckdb'}")
+            raise
+        print(written["report.html"])
     else:
         print_summary(out_console(), result)

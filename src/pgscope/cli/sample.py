@@ -12,8 +12,9 @@ from rich.live import Live
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
-from pgscope.cli.options import ResultsDir
+from pgscope.cli.options import DSN_SOURCES_HELP, DsnFile, ResultsDir, resolve_dsn
 from pgscope.cli.title import safe_command_line
+from pgscope.files import write_atomic
 
 LIVE_WINDOW_S = 10
 
@@ -21,11 +22,13 @@ LIVE_WINDOW_S = 10
 @app.command()
 def sample(
     dsn: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="The server to sample (libpq connection string or URI). Needs pg_monitor."
+            help="The server to sample (libpq connection string or URI). Needs pg_monitor. "
+            + DSN_SOURCES_HELP
         ),
-    ],
+    ] = None,
+    dsn_file: DsnFile = None,
     duration: Annotated[float, typer.Option(help="Seconds to sample.", min=0.5)] = 30.0,
     hz: Annotated[float, typer.Option(help="Samples per second.", min=0.1, max=1000)] = 50.0,
     live: Annotated[
@@ -61,14 +64,17 @@ def sample(
     from pgscope.analyze.load import load_analysis
     from pgscope.collect.base import CollectorEnv
     from pgscope.collect.pgws import PgwsCollector
-    from pgscope.errors import TargetError
+    from pgscope.errors import TargetError, UsageError
     from pgscope.render.waits import live_view, print_waits
     from pgscope.session import SessionTarget, collect
     from pgscope.store import RunStore, now_us
     from pgscope.target.conn import ConnParams
     from pgscope.target.pgbin import find_binaries
 
-    conn = ConnParams.from_dsn(dsn)
+    dsn, dsn_source = resolve_dsn(dsn, dsn_file)
+    if dsn is None:
+        raise UsageError("which server? give --dsn, --dsn-file or $PGSCOPE_DSN")
+    conn = ConnParams.from_dsn(dsn, dsn_source)
     pg = find_binaries(None, need_server=False)
     selection: dict[str, dict[str, Any]] = {"activity": {"hz": hz, "reconnect_s": 0}}
     env = CollectorEnv(pg, "server", conn, os.geteuid() == 0)
@@ -111,7 +117,7 @@ def sample(
         if view is not None:
             view.stop()
     run = load_analysis(result.run_dir)
-    (result.run_dir / "summary.json").write_text(json.dumps(_document(run), indent=2))
+    write_atomic(result.run_dir / "summary.json", json.dumps(_document(run), indent=2))
     if as_json:
         print_json(_document(run))
     elif run.waits is not None:

@@ -17,6 +17,7 @@ from rich.table import Table
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.options import DataDir, ResultsDir
 from pgscope.cli.title import safe_command_line
+from pgscope.files import write_atomic
 
 if TYPE_CHECKING:
     from pgscope.analyze.usdt import Bucket, Checkpoint, LatencySummary, TraceSummary
@@ -123,7 +124,7 @@ def trace(
         **summary.to_json(),
         "collectors": collectors,
     }
-    (result.run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str))
+    write_atomic(result.run_dir / "summary.json", json.dumps(document, indent=2, default=str))
     if as_json:
         print_json(document)
     else:

@@ -22,16 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from psycopg.conninfo import make_conninfo
+import psycopg
 
 from pgscope.drive.loaduser import LoadUser
-from pgscope.drive.readonly import READ_ONLY_OPTION, with_read_only
+from pgscope.drive.readonly import READ_ONLY_OPTION, guarded
 from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
 from pgscope.proc import spawn, stop_process
 from pgscope.spec import ScriptRef
 from pgscope.target.conn import ConnParams
 from pgscope.target.pgbin import PgBinaries
+from pgscope.target.server import current_role, missing_grants
 
 # `progress: 1795259431.375 s, 2332.7 tps, lat 1.688 ms stddev 0.800, 0 failed`
 # (the stddev is NaN when a second saw fewer than two transactions; "failed" is PG 15+).
@@ -94,6 +95,20 @@ def parse_summary(stdout: str) -> dict[str, float]:
         if match:
             found[key] = float(match.group(1))
     return found
+
+
+# The privileges each builtin script needs on pgbench's tables (an UPDATE's WHERE reads the
+# row, so it needs SELECT as well); pgbench also counts pgbench_branches for the scale.
+BUILTIN_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
+    "select-only": {"pgbench_accounts": ("SELECT",)},
+    "simple-update": {"pgbench_accounts": ("SELECT", "UPDATE"), "pgbench_history": ("INSERT",)},
+    "tpcb-like": {
+        "pgbench_accounts": ("SELECT", "UPDATE"),
+        "pgbench_tellers": ("SELECT", "UPDATE"),
+        "pgbench_branches": ("SELECT", "UPDATE"),
+        "pgbench_history": ("INSERT",),
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -169,11 +184,8 @@ class Pgbench:
     def _conn_args(self) -> list[str]:
         # pgbench expands a connection string given as the database name. Read-only, the guard
         # goes in the string too, last: a DSN's own `options` would win over PGOPTIONS.
-        if not self.read_only:
-            return [self.conn.conninfo()]
-        params = dict(self.conn.params)
-        params["options"] = with_read_only(params.get("options"))
-        return [make_conninfo(**params)]
+        # verify_read_only (drive/readonly.py) checks a session of this same string.
+        return [(guarded(self.conn) if self.read_only else self.conn).conninfo()]
 
     def current_scale(self) -> int | None:
         """The scale of existing pgbench tables (pgbench's own rule: rows in branches)."""
@@ -181,7 +193,14 @@ class Pgbench:
             row = conn.execute("SELECT to_regclass('pgbench_branches') IS NOT NULL").fetchone()
             if not row or not row[0]:
                 return None
-            count = conn.execute("SELECT count(*) FROM pgbench_branches").fetchone()
+            try:
+                count = conn.execute("SELECT count(*) FROM pgbench_branches").fetchone()
+            except psycopg.errors.InsufficientPrivilege:
+                raise missing_grants(
+                    current_role(conn),
+                    {"pgbench_branches": ["SELECT"]},
+                    "pgbench counts its rows for the scale",
+                ) from None
         return int(count[0]) if count else None
 
     def initialise(self, scale: int, *, allow_writes: bool) -> bool:

@@ -141,4 +141,9 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
             f"({step.variant}, clients={step.clients}): {escape(step_problem(step))}[/]",
             highlight=False,
         )
+    if len(failed) > 5:
+        console.print(
+            f"[red]and {len(failed) - 5} more steps not ok[/] (report.html lists every one)",
+            highlight=False,
+        )
     console.print(f"\nrun folder: {result.run_dir}", highlight=False)

@@ -16,6 +16,7 @@ import jinja2
 from plotly.offline import get_plotlyjs
 
 from pgscope.analyze.model import RunAnalysis
+from pgscope.files import write_atomic
 from pgscope.render import charts
 from pgscope.render.console import step_problem
 from pgscope.render.flame import flame_page
@@ -147,6 +148,4 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
 def write_report(
     analysis: RunAnalysis, folder: Path | None = None, offered: Mapping[str, str] | None = None
 ) -> Path:
-    path = (folder or analysis.folder) / "report.html"
-    path.write_text(report_html(analysis, offered))
-    return path
+    return write_atomic((folder or analysis.folder) / "report.html", report_html(analysis, offered))

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pgscope.analyze.model import RunAnalysis
+from pgscope.files import write_atomic
 from pgscope.render.console import print_summary
 from pgscope.render.html import write_report
 from pgscope.render.json_doc import run_document
@@ -22,10 +23,10 @@ def write_outputs(
     """summary.json, summary.txt and report.html in the run folder; `offered` names the
     collectors this pgscope has (the report lists those the run did not select)."""
     folder = analysis.folder
-    (folder / "summary.json").write_text(json.dumps(run_document(analysis), indent=2, default=str))
+    write_atomic(folder / "summary.json", json.dumps(run_document(analysis), indent=2, default=str))
     recorder = Console(record=True, width=110, file=io.StringIO())
     print_summary(recorder, analysis)
-    (folder / "summary.txt").write_text(recorder.export_text())
+    write_atomic(folder / "summary.txt", recorder.export_text())
     return {
         "summary.json": folder / "summary.json",
         "summary.txt": folder / "summary.txt",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from pgscope.collect.base import CollectorContext, CollectorEnv, StepInfo
-from pgscope.drive.pgbench import Workload
+from pgscope.drive.pgbench import BUILTIN_PRIVILEGES, Workload
 from pgscope.errors import RunFailed, TargetError
 from pgscope.runner.context import RunContext
 from pgscope.runner.initialise import initialise_target
@@ -27,6 +27,11 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
     spec, store, reporter = ctx.spec, ctx.store, ctx.reporter
     conn = ctx.pgbench.conn
     version_num = initialise_target(ctx)
+    if ctx.servers.server is not None and spec.workload in BUILTIN_PRIVILEGES:
+        # A role without them would see every client aborted: said now, with the GRANT.
+        ctx.servers.server.check_privileges(
+            BUILTIN_PRIVILEGES[spec.workload], f"workload {spec.workload}"
+        )
 
     cluster = ctx.servers.cluster
     collector_ctx = CollectorContext(

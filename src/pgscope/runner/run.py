@@ -21,6 +21,7 @@ from pgscope.collect.manager import CollectorSet
 from pgscope.collect.roles import postmasters_of
 from pgscope.drive.loaduser import LoadUser, load_account
 from pgscope.drive.pgbench import Pgbench
+from pgscope.drive.readonly import verify_read_only
 from pgscope.errors import EnvironmentProblem, Interrupted, RefusedError, RunFailed, TargetError
 from pgscope.host import describe_host, usable_cores
 from pgscope.proc import RunAs, server_account
@@ -99,6 +100,8 @@ def execute(
         if not options.allow_writes:
             check_read_only_scripts(loaded.scripts())
         server.check_reachable()
+        if not options.allow_writes:
+            verify_read_only(server.conn)
     else:
         account = server_account(options.run_as)
 

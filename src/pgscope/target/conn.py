@@ -25,11 +25,22 @@ class ConnParams:
     password: str | None = None
 
     @classmethod
-    def from_dsn(cls, dsn: str) -> ConnParams:
+    def from_dsn(cls, dsn: str, where: str = "--dsn") -> ConnParams:
+        """Parse a connection string; `where` names its source in errors (--dsn, a file)."""
+        try:
+            dsn.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # Bytes that are not UTF-8 reach Python's argv as lone surrogates; libpq wants
+            # text it can send, so say which byte, not a codec's traceback.
+            byte = ord(dsn[exc.start]) & 0xFF
+            raise UsageError(
+                f"{where}: not a valid connection string: byte 0x{byte:02x} at position "
+                f"{exc.start} is not UTF-8 text"
+            ) from None
         try:
             params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
         except psycopg.ProgrammingError as exc:
-            raise UsageError(f"--dsn: not a valid connection string: {exc}") from None
+            raise UsageError(f"{where}: not a valid connection string: {exc}") from None
         password = params.pop("password", None)
         return cls(params, password)
 

@@ -7,7 +7,9 @@ default_transaction_read_only=on, so the server itself rejects a write a script 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import psycopg
 
@@ -39,6 +41,23 @@ class ExistingServer:
             return False
         return True
 
+    def check_privileges(self, needs: Mapping[str, Sequence[str]], why: str) -> None:
+        """Raise TargetError naming the GRANT when the connecting role lacks one of `needs`
+        (table -> privileges) on a table that exists (one that does not is another error)."""
+        with self.conn.connect() as session:
+            missing: dict[str, list[str]] = {}
+            for table, privileges in needs.items():
+                for privilege in privileges:
+                    row = session.execute(
+                        "SELECT CASE WHEN to_regclass(%s) IS NULL THEN true "
+                        "ELSE has_table_privilege(to_regclass(%s), %s) END",
+                        [table, table, privilege],
+                    ).fetchone()
+                    if row is not None and not row[0]:
+                        missing.setdefault(table, []).append(privilege)
+            if missing:
+                raise missing_grants(current_role(session), missing, why)
+
     def refuse_settings(self, settings: dict[str, str], where: str) -> None:
         if settings:
             names = ", ".join(sorted(settings))
@@ -47,3 +66,26 @@ class ExistingServer:
                 f"server (--dsn); variants and settings are for embedded clusters only: "
                 f"drop --dsn to run them on a throw-away cluster"
             )
+
+
+def current_role(session: psycopg.Connection[Any]) -> str:
+    """The session's role as a GRANT statement names it."""
+    row = session.execute("SELECT quote_ident(current_user)").fetchone()
+    return str(row[0]) if row else "CURRENT_USER"
+
+
+def missing_grants(role: str, missing: Mapping[str, Sequence[str]], why: str) -> TargetError:
+    """One line that names what `role` lacks (table -> privileges) and the GRANTs that give it:
+    `role mon cannot read pgbench_branches (why): GRANT SELECT ON pgbench_branches TO mon`."""
+    if all(list(privileges) == ["SELECT"] for privileges in missing.values()):
+        lacks = f"cannot read {', '.join(missing)}"
+    else:
+        lacks = "lacks " + ", ".join(f"{'/'.join(p)} on {t}" for t, p in missing.items())
+    by_privileges: dict[str, list[str]] = {}
+    for table, privileges in missing.items():
+        by_privileges.setdefault(", ".join(privileges), []).append(table)
+    grants = "; ".join(
+        f"GRANT {privileges} ON {', '.join(tables)} TO {role}"
+        for privileges, tables in by_privileges.items()
+    )
+    return TargetError(f"role {role} {lacks} ({why}): {grants}")
