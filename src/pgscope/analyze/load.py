@@ -140,6 +140,9 @@ def _step(row: dict[str, Any]) -> Step:
         retried_xacts=row.get("retried"),
         retries=row.get("retries"),
         workload_error=row.get("workload_error"),
+        # Stores of schema 4 and older have neither.
+        reconnects=row.get("reconnects"),
+        connection_ms=row.get("connection_ms"),
     )
 
 

@@ -216,6 +216,10 @@ class Step:
     retries: int | None = None  # their extra tries, in all
     # status "errors": pgbench aborted the clients on this ERROR of the workload's own SQL
     workload_error: str | None = None
+    reconnects: bool | None = None  # pgbench -C: a connection per transaction
+    # pgbench's connection time per transaction (under -C: connecting and disconnecting
+    # each; else each client's one connection spread over its transactions)
+    connection_ms: float | None = None
 
     @property
     def ok(self) -> bool:
