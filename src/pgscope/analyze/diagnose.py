@@ -59,6 +59,9 @@ FACT_SOURCES = {
     "scan.": "the statements collector (table statistics)",
     "table.": "the statements collector (table statistics)",
     "xact.": "pgbench's transaction log",
+    "conn.session": "the pgstats collector (pg_stat_database.sessions, PostgreSQL 14+)",
+    "conn.server_cpu": "the host collector",
+    "conn.": "pgbench's summary (its connection time)",
 }
 
 
