@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pgscope.analyze.absence import Absence
 from pgscope.analyze.diagnose import Finding, NotAssessed, diagnose, evaluate, load_rules
 from pgscope.analyze.facts import FactSheet
 
@@ -214,3 +215,21 @@ def test_idle_sessions_of_reconnecting_clients_are_not_think_time() -> None:
     assert diagnosis.findings[0].id == "connection-overhead"
     client = next(f for f in diagnosis.findings if f.id == "client-bound")
     assert client.confidence == "medium" and "connecting" in client.weakened_by[0]
+
+
+def test_a_rule_not_assessed_says_why_this_run_lacks_its_facts() -> None:
+    """The reason is the run's own: pg_stat_statements absent from the server, a collector not
+    selected; none where a collector that could have given the facts ran (lwlock.top comes
+    from usdt or activity: activity ran, so nothing explains its absence)."""
+    absent = "pg_stat_statements is absent from the target database"
+    selected = frozenset({"activity", "host", "statements"})
+    measured = [sheet(**{"host__cpu_busy": 0.5, "host__iowait": 0.0}), FactSheet(None, None)]
+    diagnosis = diagnose(measured, absence=Absence({"pg_stat_statements": absent}, selected))
+    unjudged = {n.id: n for n in diagnosis.not_assessed}
+    for rule in ("seq-scan", "temp-spill", "shared-buffers-small"):
+        assert unjudged[rule].why == [absent], unjudged[rule]
+    assert unjudged["kernel-locks"].why == ["the perf collector was not selected for this run"]
+    assert unjudged["lwlock-hotspot"].why == []
+    assert unjudged["client-bound"].why == [], "activity ran: its facts could have come"
+    without = diagnose(measured)
+    assert all(n.why == [] for n in without.not_assessed), "no run, no reasons"

@@ -147,6 +147,9 @@ class NotAssessed:
     variant: str | None
     missing: list[str]
     needs: list[str]
+    # Why this run lacks them, where it knows: a collector that could not run, failed or was
+    # not selected; pg_stat_statements absent from the target database.
+    why: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
