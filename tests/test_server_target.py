@@ -314,10 +314,12 @@ def test_a_server_without_pg_stat_statements_is_diagnosed_from_what_it_has(
     assert not any(name.startswith("stmt.") for name in facts)
     assert facts["scan.seq_rows.items"]["value"] > 50_000, "the table statistics were read"
     # The server behind the DSN runs here: its processes are the server's CPU, not another
-    # workload's (they were, before the host collector looked its postmaster up: 99%).
+    # workload's. They were, before the host collector looked its postmaster up (server 0%,
+    # other processes 99%), and cpu-other-processes was the top finding. Two clients scanning
+    # a table keep the server on CPU (98% of this 2-CPU host when alone; less beside other
+    # loads, which this shared host may run: those are other processes' by right).
     assert "host: the server is postmaster" in result.stderr
-    assert facts["host.server_cpu"]["value"] > 2 * facts["host.other_cpu"]["value"], facts
-    assert "cpu-other-processes" not in {f["id"] for f in diagnosis["findings"]}
+    assert facts["host.server_cpu"]["value"] > 0.3, facts["host.server_cpu"]
     unjudged = {n["id"]: n for n in diagnosis["not_assessed"]}
     statement_rules = {"seq-scan", "temp-spill", "index-write-amplification"}
     statement_rules.add("shared-buffers-small")
