@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pgscope.analyze.absence import Absence
 from pgscope.analyze.diagnose import Finding, NotAssessed, diagnose, evaluate, load_rules
 from pgscope.analyze.facts import FactSheet
 
@@ -182,3 +183,53 @@ def test_lwlock_findings_name_the_tranche_and_its_advice() -> None:
     assert isinstance(finding, Finding)
     assert finding.title == "LWLock hot spot: ProcArray"
     assert finding.recommendations[0] == ADVICE["ProcArray"][0]
+
+
+def test_connection_overhead_needs_the_clients_time_spent_connecting() -> None:
+    """Its score is pgbench's measure (connection time against latency); the server's count of
+    sessions started per transaction argues against it when few are, and a run connected once
+    per client (a share near zero: measured 0.4% on SELECT 1) stays silent."""
+    rule = next(r for r in RULES if r.id == "connection-overhead")
+    reconnecting = {"conn__time_share": 0.73, "conn__sessions_per_xact": 1.0}
+    found = evaluate(rule, sheet(**reconnecting), ADVICE)
+    assert isinstance(found, Finding) and found.confidence == "high", found
+    assert any("PgBouncer" in r for r in found.recommendations)
+    few_sessions = evaluate(
+        rule, sheet(**{**reconnecting, "conn__sessions_per_xact": 0.01}), ADVICE
+    )
+    assert isinstance(few_sessions, Finding) and few_sessions.confidence == "medium"
+    assert few_sessions.weakened_by[0].startswith("the server started few sessions")
+    once = {"conn__time_share": 0.004, "conn__sessions_per_xact": 0.0}
+    assert evaluate(rule, sheet(**once), ADVICE) is None
+    missing = evaluate(rule, sheet(**{"host__cpu_busy": 0.9}), ADVICE)
+    assert isinstance(missing, NotAssessed)
+    assert missing.needs == ["pgbench's summary (its connection time)"]
+
+
+def test_idle_sessions_of_reconnecting_clients_are_not_think_time() -> None:
+    # Under -C a session idles while it exits and before its first statement (measured: 87%
+    # of samples idle at 4 clients): the clients are connecting, not thinking.
+    idle = {"sessions__idle": 0.87, "wait__aas_per_client": 0.04, "host__server_cpus_busy": 0.6}
+    sheets = [sheet(**idle, conn__time_share=0.73, conn__sessions_per_xact=1.0)]
+    diagnosis = diagnose([*sheets, FactSheet(None, None)])
+    assert diagnosis.findings[0].id == "connection-overhead"
+    client = next(f for f in diagnosis.findings if f.id == "client-bound")
+    assert client.confidence == "medium" and "connecting" in client.weakened_by[0]
+
+
+def test_a_rule_not_assessed_says_why_this_run_lacks_its_facts() -> None:
+    """The reason is the run's own: pg_stat_statements absent from the server, a collector not
+    selected; none where a collector that could have given the facts ran (lwlock.top comes
+    from usdt or activity: activity ran, so nothing explains its absence)."""
+    absent = "pg_stat_statements is absent from the target database"
+    selected = frozenset({"activity", "host", "statements"})
+    measured = [sheet(**{"host__cpu_busy": 0.5, "host__iowait": 0.0}), FactSheet(None, None)]
+    diagnosis = diagnose(measured, absence=Absence({"pg_stat_statements": absent}, selected))
+    unjudged = {n.id: n for n in diagnosis.not_assessed}
+    for rule in ("seq-scan", "temp-spill", "shared-buffers-small"):
+        assert unjudged[rule].why == [absent], unjudged[rule]
+    assert unjudged["kernel-locks"].why == ["the perf collector was not selected for this run"]
+    assert unjudged["lwlock-hotspot"].why == []
+    assert unjudged["client-bound"].why == [], "activity ran: its facts could have come"
+    without = diagnose(measured)
+    assert all(n.why == [] for n in without.not_assessed), "no run, no reasons"

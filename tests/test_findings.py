@@ -40,7 +40,9 @@ CASE_FLAGS = {
     "datafile-read": ["--set", "shared_buffers=16MB"],  # the table is ~20x that
     "small-shared-buffers": ["--set", "shared_buffers=16MB"],  # ~300 MB, in the OS cache
     "extension-lock-queue": ["--set", "synchronous_commit=off"],  # no commit flush to wait for
+    "connection-overhead": ["--connect"],  # pgbench -C: a new connection per transaction
 }
+ONE = {"one.sql": "SELECT 1;\n"}
 PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
     # Three client counts: the USL fit (its sigma is evidence for hot rows) needs them.
     "hot-rows": ('workload = "tpcb-like"\nscale = 1\nclients = [2, 4, 8]\n', {}, "hot-row-locks"),
@@ -149,6 +151,13 @@ PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
         {},
         "cpu-other-processes",
     ),
+    # The trivial transaction, reconnecting for each one (CASE_FLAGS): the connection is the
+    # work; test_connecting_once_is_no_connection_overhead is the same load connected once.
+    "connection-overhead": (
+        'scripts = ["one.sql"]\nscale = 0\nclients = [4]\n',
+        ONE,
+        "connection-overhead",
+    ),
 }
 
 
@@ -180,6 +189,23 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
     diag = diagnosis(run_doc(result), case, expected)
     assert top_finding(diag) == expected, json.dumps(diag["findings"][:3], indent=1)[:3000]
     assert not diag["weak"]
+
+
+def test_connecting_once_is_no_connection_overhead(tmp_path: Path) -> None:
+    """The connection-overhead case's load without --connect: each client connects once, so
+    pgbench's connection time spread over the transactions is a sliver of their latency, the
+    server starts no session per transaction, and the rule stays silent."""
+    spec_text, files, _ = PLANTED["connection-overhead"]
+    (tmp_path / "one.sql").write_text(files["one.sql"])
+    spec = tmp_path / "once.toml"
+    spec.write_text(spec_text + COMMON)
+    result = pgscope("run", str(spec), "--json", "--results-dir", str(tmp_path / "r"), timeout=600)
+    doc = run_doc(result)
+    assert "connection-overhead" not in {f["id"] for f in doc["diagnosis"]["findings"]}
+    [facts] = [s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]]
+    assert facts["conn.time_share"]["value"] < 0.05, facts["conn.time_share"]
+    assert "one connection per client" in facts["conn.time_share"]["label"]
+    assert facts["conn.sessions_per_xact"]["value"] < 0.01, facts["conn.sessions_per_xact"]
 
 
 CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace"))

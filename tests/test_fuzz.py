@@ -109,7 +109,10 @@ RUN_OPTIONS = [
     "--run-as",
     "--work-dir",
 ]
-FLAGS = ["--quick", "--no-collectors", "--no-xact-log", "--allow-writes", "--json", "--debug"]
+FLAGS = [
+    *("--quick", "--no-collectors", "--no-xact-log", "--allow-writes", "--connect"),
+    *("--json", "--debug"),
+]
 option_values = st.one_of(
     st.text(string.printable.strip(), max_size=12),
     st.sampled_from(

@@ -11,6 +11,7 @@ from pgscope.drive.loaduser import LoadUser
 from pgscope.drive.pgbench import (
     Pgbench,
     ProgressRow,
+    StepRun,
     Workload,
     analyse_logs,
     archive_logs,
@@ -47,6 +48,29 @@ def test_parse_summary() -> None:
         "connection_ms": 10.198,
         "tps": 2425.534261,
     }
+
+
+def test_parse_summary_under_connect() -> None:
+    """pgbench -C (PostgreSQL 15's wording): the connection time is an average per
+    transaction, and tps counts it in."""
+    text = (
+        "number of transactions actually processed: 1371\n"
+        "number of failed transactions: 0 (0.000%)\nlatency average = 6.531 ms\n"
+        "latency stddev = 2.771 ms\naverage connection time = 5.130 ms\n"
+        "tps = 342.376809 (including reconnection times)\n"
+    )
+    summary = parse_summary(text)
+    assert summary["connection_avg_ms"] == 5.130 and "connection_ms" not in summary
+    assert summary["tps"] == 342.376809
+    run = StepRun(0, summary, None, Path("x"), 0, 1)
+    assert run.connection_ms_per_xact(4) == 5.130
+
+
+def test_one_connection_per_client_is_spread_over_its_transactions() -> None:
+    summary = {"xacts": 7990.0, "failed": 10.0, "connection_ms": 10.0}
+    run = StepRun(0, summary, None, Path("x"), 0, 1)
+    assert run.connection_ms_per_xact(4) == pytest.approx(10.0 * 4 / 8000)
+    assert StepRun(0, {}, None, Path("x"), 0, 1).connection_ms_per_xact(4) is None
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import struct
 import subprocess
@@ -462,3 +463,56 @@ def test_the_recommended_role_runs_read_only_to_the_end(
     finally:
         store.close()
     assert row is not None and row[0] > 0, "the workload's statement, read as this role"
+
+
+def test_a_server_without_pg_stat_statements_is_diagnosed_from_what_it_has(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """Issue 13, must-show 4: a server without pg_stat_statements (this fixture's cluster does
+    not load it) gets a diagnosis from the rest of the evidence, and the rules that judge
+    statements are listed as not assessed with that reason, in the JSON and on the console."""
+    with cluster.connect() as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'"
+        ).fetchone() == (0,)
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, val int, pad text)")
+        conn.execute(
+            "INSERT INTO items SELECT g, g, md5(g::text) FROM generate_series(1, 100000) g"
+        )
+        conn.execute("ANALYZE items")
+    script = tmp_path / "lookup.sql"
+    script.write_text("\\set k random(1, 100000)\nSELECT id, pad FROM items WHERE val = :k;\n")
+    result = pgscope(
+        "run", "--dsn", dsn(cluster), "--script", str(script), "--scale", "0",
+        "--clients", "2", "--duration", "3", "--warmup", "1", "--repeats", "1",
+        "--collectors", "activity,pgstats,host,statements", "--json",
+        "--results-dir", str(tmp_path / "r"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "pg_stat_statements is not installed in the target database" in result.stderr
+    doc = json.loads(result.stdout)
+    diagnosis = doc["diagnosis"]
+    assert diagnosis["findings"] and not diagnosis["weak"], diagnosis["verdict"]
+    [facts] = [s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]]
+    assert not any(name.startswith("stmt.") for name in facts)
+    assert facts["scan.seq_rows.items"]["value"] > 50_000, "the table statistics were read"
+    # The server behind the DSN runs here: its processes are the server's CPU, not another
+    # workload's. They were, before the host collector looked its postmaster up (server 0%,
+    # other processes 99%), and cpu-other-processes was the top finding. Two clients scanning
+    # a table keep the server on CPU (98% of this 2-CPU host when alone; less beside other
+    # loads, which this shared host may run: those are other processes' by right).
+    assert "host: the server is postmaster" in result.stderr
+    assert facts["host.server_cpu"]["value"] > 0.3, facts["host.server_cpu"]
+    unjudged = {n["id"]: n for n in diagnosis["not_assessed"]}
+    statement_rules = {"seq-scan", "temp-spill", "index-write-amplification"}
+    statement_rules.add("shared-buffers-small")
+    assert statement_rules <= set(unjudged), sorted(unjudged)
+    for rule in statement_rules:
+        assert "pg_stat_statements (the statements collector)" in unjudged[rule]["needs"]
+        [why] = unjudged[rule]["why"]
+        assert why.startswith("pg_stat_statements is absent from the target database"), why
+    # Judged from the table statistics and the sampled waits, which this server still gives.
+    assert not {"dead-rows", "large-results"} & set(unjudged)
+    summary = " ".join((Path(doc["run_dir"]) / "summary.txt").read_text().split())
+    said = re.search(r"not assessed \(([^)]*)\): pg_stat_statements is absent", summary)
+    assert said and statement_rules <= set(said[1].split(", ")), summary[:3000]

@@ -239,3 +239,30 @@ def test_an_action_after_the_steps_end_is_refused(tmp_path: Path) -> None:
         load_spec(str(spec))
     spec.write_text('duration = 5\nwarmup = 1\nactions = [{at = 5.5, sql = "CHECKPOINT"}]\n')
     assert load_spec(str(spec)).spec.actions[0].at == 5.5
+
+
+def test_connect_flag_asks_pgbench_for_a_connection_per_transaction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--connect (spec: connect_per_transaction) gives pgbench -C, and one pgbench thread per
+    client: pgbench connects synchronously, so a thread opening one client's connection would
+    stall its other clients and add that time to their latency."""
+    import json
+
+    from pgscope.cli import main
+    from pgscope.drive.pgbench import Workload
+
+    spec_file = tmp_path / "c.toml"
+    spec_file.write_text("clients = [8]\n")
+    plain = load_spec(str(spec_file)).spec
+    assert not plain.connect_per_transaction and plain.pgbench_threads(8, cores=2) == 2
+    spec = load_spec(str(spec_file), overrides={"connect_per_transaction": True}).spec
+    assert spec.pgbench_threads(8, cores=2) == 8
+    pinned = spec.model_copy(update={"threads": 3})
+    assert pinned.pgbench_threads(8, cores=2) == 3, "an explicit -j stands"
+    assert "--connect" in Workload("select-only", (), "prepared", (), 1, True).args()
+    assert "--connect" not in Workload("select-only", (), "prepared").args()
+    assert main(["run", str(spec_file), "--connect", "--plan", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["connect_per_transaction"] is True
+    assert main(["run", str(spec_file), "--plan", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["connect_per_transaction"] is False

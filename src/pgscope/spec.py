@@ -142,6 +142,9 @@ class Spec(BaseModel):
     # pgbench --max-tries: how often a transaction that failed with a serialization or
     # deadlock error is tried in all; 1 = never retried, 0 = until it succeeds or the step ends.
     max_tries: Annotated[int, Field(ge=0, le=1000)] = 1
+    # pgbench -C: each transaction opens its own connection and closes it, as an application
+    # without a connection pool does.
+    connect_per_transaction: bool = False
     # Steps: every (variant, clients) cell is measured `repeats` times.
     clients: list[Annotated[int, Field(ge=1, le=MAX_CLIENTS)]] | Literal["auto"] = "auto"
     duration: Annotated[float, Field(le=86400)] = 30.0  # measured seconds per step, >= 1
@@ -269,6 +272,10 @@ class Spec(BaseModel):
         return {**self.settings, **self.variants[name]}
 
     def pgbench_threads(self, clients: int, cores: int) -> int:
+        if self.threads == "auto" and self.connect_per_transaction:
+            # pgbench connects synchronously: a thread opening one client's connection stalls
+            # its other clients, whose latency would then count that connection time too.
+            return clients
         if self.threads == "auto":
             return max(1, min(clients, cores))
         return min(self.threads, clients)

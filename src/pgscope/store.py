@@ -24,8 +24,9 @@ from pgscope.errors import EnvironmentProblem, InputFileError
 __all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
 
 # 2: collectors, collector_gaps; 3: timeline.instance, step_instances; 4: steps' transaction
-# outcomes (succeeded ... retries) and workload_error, status "errors"
-SCHEMA_VERSION = 4
+# outcomes (succeeded ... retries) and workload_error, status "errors"; 5: steps'
+# reconnects and connection_ms (pgbench -C)
+SCHEMA_VERSION = 5
 STORE_FILE = "run.duckdb"
 
 _SCHEMA = """
@@ -85,7 +86,9 @@ CREATE TABLE IF NOT EXISTS steps (
     failed_other BIGINT,
     retried BIGINT,
     retries BIGINT,
-    workload_error VARCHAR
+    workload_error VARCHAR,
+    reconnects BOOLEAN,
+    connection_ms DOUBLE
 );
 CREATE TABLE IF NOT EXISTS timeline (
     step_id INTEGER, ts_us BIGINT, tps DOUBLE, latency_ms DOUBLE, latency_stddev_ms DOUBLE,
@@ -138,6 +141,8 @@ STEP_RESULT_COLUMNS = (
     "retried",
     "retries",
     "workload_error",
+    "reconnects",
+    "connection_ms",
 )
 
 

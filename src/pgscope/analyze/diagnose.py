@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pgscope.analyze.absence import Absence
 from pgscope.analyze.model import Diagnosis, Fact, FactSheet, Finding, NotAssessed
 
 __all__ = ["Diagnosis", "Finding", "NotAssessed", "Rule", "diagnose", "evaluate", "load_rules"]
@@ -56,9 +57,14 @@ FACT_SOURCES = {
     "variants.": "variants that change the setting in question",
     "stmt.": "pg_stat_statements (the statements collector)",
     "buffers.": "pg_stat_statements (the statements collector)",
+    # Rows read per row returned: the rows returned are the statements'.
+    "scan.seq_rows_per_row": "pg_stat_statements (the statements collector)",
     "scan.": "the statements collector (table statistics)",
     "table.": "the statements collector (table statistics)",
     "xact.": "pgbench's transaction log",
+    "conn.session": "the pgstats collector (pg_stat_database.sessions, PostgreSQL 14+)",
+    "conn.server_cpu": "the host collector",
+    "conn.": "pgbench's summary (its connection time)",
 }
 
 
@@ -116,16 +122,19 @@ def _needs(missing: list[str]) -> list[str]:
 
 
 def evaluate(
-    rule: Rule, sheet: FactSheet, advice: dict[str, list[str]]
+    rule: Rule, sheet: FactSheet, advice: dict[str, list[str]], absence: Absence | None = None
 ) -> Finding | NotAssessed | None:
-    """A finding (confidence at least medium), a rule that could not be assessed, or None."""
+    """A finding (confidence at least medium), a rule that could not be assessed (and why,
+    where `absence` knows), or None."""
     scored = [_resolve(sheet, name) for name in rule.score]
     missing = [name for name, fact in zip(rule.score, scored, strict=True) if fact is None]
     missing += [cond[0] for cond in rule.require if _resolve(sheet, cond[0]) is None]
     if missing and (
         len(missing) >= len(rule.score) or any(cond[0] in missing for cond in rule.require)
     ):
-        return NotAssessed(rule.id, sheet.variant, missing, _needs(missing))
+        needs = _needs(missing)
+        why = [r for need in needs for r in (absence or Absence()).why(need)]
+        return NotAssessed(rule.id, sheet.variant, missing, needs, list(dict.fromkeys(why)))
     for name, op, threshold, *_ in rule.require:
         fact = _resolve(sheet, name)
         assert fact is not None
@@ -180,6 +189,7 @@ def diagnose(
     sheets: list[FactSheet],
     rules: list[Rule] | None = None,
     advice: dict[str, list[str]] | None = None,
+    absence: Absence | None = None,
 ) -> Diagnosis:
     if rules is None or advice is None:
         rules, advice = load_rules()
@@ -191,7 +201,7 @@ def diagnose(
     run_sheets = [s for s in sheets if s.variant is None]
     for rule in rules:
         targets = run_sheets if rule.scope == "run" else variant_sheets
-        outcomes = [evaluate(rule, sheet, advice) for sheet in targets]
+        outcomes = [evaluate(rule, sheet, advice, absence) for sheet in targets]
         found = [o for o in outcomes if isinstance(o, Finding)]
         not_assessed += [o for o in outcomes if isinstance(o, NotAssessed)]
         shared = rule.scope == "variant" and len(targets) > 1 and len(found) == len(targets)

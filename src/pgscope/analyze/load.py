@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 
 from pgscope.analyze import compare, pgstats, profile, statements, timeline, usdt, waits
+from pgscope.analyze.absence import absent_evidence
 from pgscope.analyze.diagnose import diagnose
 from pgscope.analyze.facts import extract
 from pgscope.analyze.model import (
@@ -52,7 +53,8 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
             f"{run_dir}: the run store is damaged or from an unknown version: {reason}"
         ) from None
     sheets = extract(measured)
-    return dataclasses.replace(measured, facts=sheets, diagnosis=diagnose(sheets))
+    diagnosis = diagnose(sheets, absence=absent_evidence(measured))
+    return dataclasses.replace(measured, facts=sheets, diagnosis=diagnosis)
 
 
 def _read(run_dir: Path, bootstrap: int) -> RunAnalysis:
@@ -140,6 +142,9 @@ def _step(row: dict[str, Any]) -> Step:
         retried_xacts=row.get("retried"),
         retries=row.get("retries"),
         workload_error=row.get("workload_error"),
+        # Stores of schema 4 and older have neither.
+        reconnects=row.get("reconnects"),
+        connection_ms=row.get("connection_ms"),
     )
 
 

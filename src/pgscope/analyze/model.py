@@ -147,6 +147,9 @@ class NotAssessed:
     variant: str | None
     missing: list[str]
     needs: list[str]
+    # Why this run lacks them, where it knows: a collector that could not run, failed or was
+    # not selected; pg_stat_statements absent from the target database.
+    why: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -216,6 +219,10 @@ class Step:
     retries: int | None = None  # their extra tries, in all
     # status "errors": pgbench aborted the clients on this ERROR of the workload's own SQL
     workload_error: str | None = None
+    reconnects: bool | None = None  # pgbench -C: a connection per transaction
+    # pgbench's connection time per transaction (under -C: connecting and disconnecting
+    # each; else each client's one connection spread over its transactions)
+    connection_ms: float | None = None
 
     @property
     def ok(self) -> bool:

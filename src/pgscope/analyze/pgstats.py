@@ -48,6 +48,10 @@ class StepStats:
     commits: float
     rows_inserted: float
     log_bytes: float | None  # None: no server log directory to measure
+    # Sessions started, and the time sessions that ended had lasted (pg_stat_database,
+    # PostgreSQL 14+; None before)
+    sessions: float | None = None
+    session_ms: float | None = None
 
     @property
     def wal_bytes_per_xact(self) -> float | None:
@@ -60,6 +64,16 @@ class StepStats:
     @property
     def rows_per_commit(self) -> float | None:
         return self.rows_inserted / self.commits if self.commits else None
+
+    @property
+    def sessions_per_xact(self) -> float | None:
+        return self.sessions / self.xacts if self.sessions is not None and self.xacts else None
+
+    @property
+    def mean_session_ms(self) -> float | None:
+        if not self.sessions or self.session_ms is None:
+            return None
+        return self.session_ms / self.sessions
 
     @property
     def log_bytes_per_s(self) -> float | None:
@@ -77,8 +91,11 @@ _STEP_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "commits": ("pg_stat_database", ("xact_commit",)),
     "rows_inserted": ("pg_stat_database", ("tup_inserted",)),
     "log_bytes": ("pg_ls_logdir", ("bytes",)),
+    "sessions": ("pg_stat_database", ("sessions",)),
+    "session_ms": ("pg_stat_database", ("session_time",)),
 }
-OPTIONAL = {"log_bytes"}  # measured only where the server writes a log directory
+# Measured only where the server writes a log directory; since PostgreSQL 14.
+OPTIONAL = {"log_bytes", "sessions", "session_ms"}
 
 
 def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
@@ -114,6 +131,8 @@ def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
                 int(xacts or 0),
                 float(seconds or 0.0),
                 log_bytes=values["log_bytes"],
+                sessions=values["sessions"],
+                session_ms=values["session_ms"],
                 **required,
             )
         )

@@ -104,6 +104,14 @@ def run(
             "or deadlock error (default 1: never retried; 0: until it succeeds or the step ends).",
         ),
     ] = None,
+    connect: Annotated[
+        bool,
+        typer.Option(
+            "--connect",
+            help="pgbench -C: open a new connection for each transaction, as an application "
+            "without a connection pool does.",
+        ),
+    ] = False,
     order: Annotated[
         str | None,
         typer.Option(help="Step order: random (interleaved, the default) or sequential."),
@@ -224,6 +232,8 @@ def run(
     override("protocol", "--protocol", protocol)
     override("max_tries", "--max-tries", max_tries)
     override("order", "--order", order)
+    if connect:  # absent: the spec's own choice stands
+        override("connect_per_transaction", "--connect", True)
     if action:
         override("actions", "--action", [parse_action(a) for a in action])
     if no_collectors:
@@ -318,6 +328,7 @@ def _show_plan(loaded: Any, as_json: bool) -> None:
         "clients": spec.client_counts(cores),
         "repeats": spec.repeats,
         "seconds_per_step": spec.warmup + spec.duration,
+        "connect_per_transaction": spec.connect_per_transaction,
         # Everything a variant sets, pgscope's own keys (pins, pgbench variables) included.
         "variants": {
             v: {k: setting_text(x) for k, x in {**spec.settings, **spec.variants[v]}.items()}
@@ -344,6 +355,8 @@ def _show_plan(loaded: Any, as_json: bool) -> None:
         f"{', '.join(document['collectors']) or 'none'}",
         highlight=False,
     )
+    if spec.connect_per_transaction:
+        out.print("connections: a new one for each transaction (pgbench -C)", highlight=False)
     for variant, settings in document["variants"].items():
         shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "server defaults"
         out.print(f"variant {variant}: {shown}", highlight=False, markup=False)

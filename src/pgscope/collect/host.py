@@ -8,7 +8,8 @@ beside another workload, the server may have only a part of what looks saturated
 
 The servers are every `postgres` process of the target's account (a topology's standbys
 too); processes shorter than a second (parallel workers, a connection per transaction) are
-counted through their postmaster, which holds their time once they exit.
+counted through their postmaster, which holds their time once they exit. Behind a `--dsn`,
+the postmaster is the local one with the server's port and start time, where there is one.
 
 What it costs: reading /proc/stat and the stat files of the processes once a second (a few
 ms: one scan of /proc). Works as any user for processes of the same user, and as root for
@@ -19,13 +20,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
-from pgscope.collect.base import Availability, CollectorContext, CollectorEnv
+from pgscope.collect.base import Availability, CollectorContext, CollectorEnv, CollectorError
+from pgscope.collect.localserver import local_server_for
 from pgscope.collect.polling import ThreadCollector
+from pgscope.errors import PgscopeError
 from pgscope.store import now_us
 
 SCHEMA = """
@@ -97,6 +102,14 @@ class HostOptions(BaseModel):
     interval_s: float = Field(1.0, gt=0, le=60)
 
 
+def _local_postmaster(ctx: CollectorContext) -> int | None:
+    try:
+        local = local_server_for(ctx.conn)
+    except (PgscopeError, CollectorError, psycopg.Error, OSError):
+        return None
+    return local.pid if local is not None else None
+
+
 class HostCollector(ThreadCollector):
     name = "host"
     summary = "CPU busy, iowait and steal each second, and the server's vs pgbench's share"
@@ -105,6 +118,7 @@ class HostCollector(ThreadCollector):
     Options = HostOptions
 
     options: HostOptions
+    postmaster: Callable[[], int | None]  # the target's postmaster, found for a --dsn too
     roots: set[int]  # the postmasters seen at the last second
     reaped: int  # their own ticks and their exited children's, then
     children: set[int]  # their children then
@@ -117,6 +131,20 @@ class HostCollector(ThreadCollector):
 
     def prepare(self, ctx: CollectorContext) -> None:
         ctx.store.ensure_schema(SCHEMA)
+        self.postmaster = ctx.postmaster_pid
+        if ctx.postmaster_pid() is None and ctx.env.target_kind == "server":
+            # A --dsn names no process: without its postmaster, the server's own processes
+            # would count as other processes' (a local server, measured: 99% of the host).
+            local = _local_postmaster(ctx)
+            if local is not None:
+                self.postmaster = lambda: local
+            ctx.say(
+                f"host: the server is postmaster {local} on this host"
+                if local is not None
+                else "host: no postmaster on this host matches the server (a remote server, "
+                "or a local one only root could match); a local server's CPU counts as other "
+                "processes'"
+            )
 
     def _ticks(self, seen: dict[int, int]) -> tuple[int, int, int, int]:
         """Ticks used since the last call by the database servers, pgbench, pgscope and the
@@ -130,7 +158,7 @@ class HostCollector(ThreadCollector):
         collectors' threads) and the tracers and profilers it started."""
         processes = _processes()
         me = os.getpid()
-        postmaster = self.ctx.postmaster_pid()
+        postmaster = self.postmaster()
         owner = processes[postmaster].uid if postmaster in processes else None
         servers = {pid for pid, p in processes.items() if p.name == "postgres" and p.uid == owner}
         roots = {pid for pid in servers if processes[pid].parent not in servers}

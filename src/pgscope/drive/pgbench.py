@@ -86,8 +86,12 @@ def parse_summary(stdout: str) -> dict[str, float]:
         "failed": r"number of failed transactions: (\d+)",
         "latency_avg_ms": r"latency average = ([\d.]+) ms",
         "latency_stddev_ms": r"latency stddev = ([\d.]+) ms",
+        # Connected once per client: the time until every client was connected. Under -C
+        # (a connection per transaction): the mean time per transaction spent connecting
+        # and disconnecting; its latency (above, and in the log) leaves that time out.
         "connection_ms": r"initial connection time = ([\d.]+) ms",
-        "tps": r"tps = ([\d.]+) \(without initial connection time\)",
+        "connection_avg_ms": r"average connection time = ([\d.]+) ms",
+        "tps": r"tps = ([\d.]+) \((?:without initial|including reconnection) ",
     }
     found = {}
     for key, pattern in patterns.items():
@@ -120,6 +124,7 @@ class Workload:
     protocol: str
     defines: tuple[tuple[str, str], ...] = ()  # pgbench -D NAME=VALUE
     max_tries: int = 1  # pgbench --max-tries: tries of a serialization/deadlock failure
+    connect_per_transaction: bool = False  # pgbench -C: a new connection per transaction
 
     def readable_by(self, user: LoadUser) -> Workload:
         """The same workload reading copies of its scripts that `user`'s account can read."""
@@ -132,6 +137,8 @@ class Workload:
     def args(self) -> list[str]:
         # --failures-detailed: a failed transaction's log line says serialization or deadlock.
         args = ["-M", self.protocol, f"--max-tries={self.max_tries}", "--failures-detailed"]
+        if self.connect_per_transaction:
+            args.append("--connect")
         if self.builtin:
             args += ["-b", self.builtin]
         for script in self.scripts:
@@ -160,6 +167,16 @@ class StepRun:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and self.error is None
+
+    def connection_ms_per_xact(self, clients: int) -> float | None:
+        """pgbench's connection time per transaction: under -C its own average; connected
+        once, each client's wait for its connection spread over its transactions."""
+        if "connection_avg_ms" in self.summary:
+            return self.summary["connection_avg_ms"]
+        ended = self.summary.get("xacts", 0.0) + self.summary.get("failed", 0.0)
+        if "connection_ms" not in self.summary or not ended:
+            return None
+        return self.summary["connection_ms"] * clients / ended
 
     def log_files(self) -> list[Path]:
         """pgbench's per-transaction logs: PREFIX.PID, and PREFIX.PID.THREAD for -j > 1."""

@@ -67,6 +67,17 @@ def print_findings(console: Console, result: RunAnalysis) -> None:
         )
         if finding.recommendations:
             console.print(f"     try: {finding.recommendations[0]}", highlight=False, markup=False)
+    # Rules this run could not judge for a reason it knows, one line per reason (the report
+    # lists every rule not assessed).
+    unjudged: dict[str, list[str]] = {}
+    for item in diagnosis.not_assessed:
+        for reason in item.why:
+            if item.id not in unjudged.setdefault(reason, []):
+                unjudged[reason].append(item.id)
+    for reason, rules in unjudged.items():
+        console.print(
+            f"  not assessed ({', '.join(rules)}): {reason}", highlight=False, markup=False
+        )
 
 
 def print_summary(console: Console, result: RunAnalysis) -> None:

@@ -109,6 +109,7 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
                 spec.protocol,
                 variant_defines(spec, step.variant),
                 spec.max_tries,
+                spec.connect_per_transaction,
             )
             status = run_step(ctx, step, workload, seconds, bench_cpus, drivers)
         finally:

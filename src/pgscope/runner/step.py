@@ -128,6 +128,13 @@ def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares:
     else:
         status = "ok"
     pgbench_tps = [r.summary.get("tps") for r in results]
+    # Per transaction, over every instance's transactions.
+    connection = [
+        (ms, r.summary.get("xacts", 0.0))
+        for r, clients in zip(results, shares, strict=True)
+        if (ms := r.connection_ms_per_xact(clients)) is not None
+    ]
+    ended = sum(x for _, x in connection)
     values: dict[str, object] = {
         "pgbench_tps": sum(t for t in pgbench_tps if t is not None) if any(pgbench_tps) else None,
         "xact_log": str(archive.relative_to(store.run_dir)) if archived else None,
@@ -140,6 +147,8 @@ def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares:
         "retried": outcomes.retried,
         "retries": outcomes.retries,
         "workload_error": workload_error,
+        "reconnects": ctx.spec.connect_per_transaction,
+        "connection_ms": sum(ms * x for ms, x in connection) / ended if ended else None,
     }
     if stats is not None:
         values.update(
