@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from pgscope.analyze.lockfacts import lock_facts
 from pgscope.analyze.model import Fact, FactSheet, RunAnalysis
 from pgscope.analyze.scaling import Cell
 from pgscope.analyze.usdt import LatencySummary
@@ -120,6 +121,7 @@ def _cell_sheet(
     _profile_facts(sheet, analysis, variant, n)
     _traced_lock_facts(sheet, analysis, variant, n, profile)
     work_facts(sheet, analysis, variant, n)
+    lock_facts(sheet, analysis, variant, n)
     return sheet
 
 
