@@ -60,7 +60,7 @@ FACT_SOURCES = {
     "table.": "the statements collector (table statistics)",
     "xact.": "pgbench's transaction log",
     "locks.manager_share": "the activity collector or the usdt collector's lwlock program",
-    "locks.": "the pglocks collector",
+    "locks.": "the pglocks collector, and its readings catching sessions that hold locks",
 }
 
 
