@@ -233,3 +233,47 @@ def test_a_rule_not_assessed_says_why_this_run_lacks_its_facts() -> None:
     assert unjudged["client-bound"].why == [], "activity ran: its facts could have come"
     without = diagnose(measured)
     assert all(n.why == [] for n in without.not_assessed), "no run, no reasons"
+
+
+def test_lock_manager_fires_where_the_generic_plan_locks_every_partition() -> None:
+    """Recorded: a prepared lookup on a table of 128 partitions; its generic plan locks them
+    all, its custom plan (the control) prunes to one."""
+    _, sheets = recorded(FACTS / "partition-locks.json")
+    found = diagnose(sheets).findings
+    locks = [f for f in found if f.id == "lock-manager"]
+    assert [f.variant for f in locks] == ["generic"], [(f.id, f.variant) for f in found]
+    assert "orders" in locks[0].title and locks[0].confidence == "high"
+    shown = {fact.name for fact in locks[0].evidence}
+    assert {"locks.table.orders", "locks.manager_share", "locks.non_fastpath_share"} <= shown
+    # The LockManager hot spot is the same observation: the finding that says why replaces it.
+    assert not [f for f in found if f.id == "lwlock-hotspot" and "LockManager" in f.title]
+
+
+def test_lock_manager_needs_more_locks_than_the_fast_path_slots() -> None:
+    rule = next(r for r in RULES if r.id == "lock-manager")
+    many = {"locks__manager_share": 0.4, "locks__table__orders": 130.0}
+    assert isinstance(evaluate(rule, sheet(**many, locks__per_backend=130.0), ADVICE), Finding)
+    assert evaluate(rule, sheet(**many, locks__per_backend=7.0), ADVICE) is None
+    # The same LockManager waits with few locks per session: the hot spot names the tranche.
+    few = sheet(
+        **{"locks__per_backend": 7.0, "locks__manager_share": 0.4, "lwlock__top": 0.4},
+        **{"lwlock__top__LockManager": 0.4},
+    )
+    ids = [(f.id, f.title) for f in diagnose([few, FactSheet(None, None)]).findings]
+    assert ("lwlock-hotspot", "LWLock hot spot: LockManager") in ids, ids
+    assert "lock-manager" not in {i for i, _ in ids}
+
+
+def test_a_finding_supersedes_only_the_named_tranche() -> None:
+    made = sheet(
+        **{
+            "locks__per_backend": 130.0,
+            "locks__manager_share": 0.2,
+            "locks__table__orders": 130.0,
+            "lwlock__top": 0.5,
+            "lwlock__top__WALWrite": 0.5,
+        }
+    )
+    ids = [(f.id, f.title) for f in diagnose([made, FactSheet(None, None)]).findings]
+    assert ("lwlock-hotspot", "LWLock hot spot: WALWrite") in ids, ids
+    assert "lock-manager" in {i for i, _ in ids}

@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,7 @@ activity = {}
 pgstats = {}
 host = {}
 statements = {}
+pglocks = {}
 """
 
 # name -> (spec text, files it needs, the finding that must come first); every case gets
@@ -41,8 +43,11 @@ CASE_FLAGS = {
     "small-shared-buffers": ["--set", "shared_buffers=16MB"],  # ~300 MB, in the OS cache
     "extension-lock-queue": ["--set", "synchronous_commit=off"],  # no commit flush to wait for
     "connection-overhead": ["--connect"],  # pgbench -C: a new connection per transaction
+    # The CPU profile shows the lock manager's CPU beside its waits (40-45% of the samples).
+    "partition-locks": ["--collectors", "activity,pgstats,host,statements,pglocks,perf"],
 }
 ONE = {"one.sql": "SELECT 1;\n"}
+PARTITIONS = 128
 PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
     # Three client counts: the USL fit (its sigma is evidence for hot rows) needs them.
     "hot-rows": ('workload = "tpcb-like"\nscale = 1\nclients = [2, 4, 8]\n', {}, "hot-row-locks"),
@@ -158,6 +163,29 @@ PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
         ONE,
         "connection-overhead",
     ),
+    # A lookup by the partition key, prepared: its generic plan prunes at run time, but
+    # PostgreSQL 15 locks every partition of it first (129 relations, and the one index it
+    # scans); a custom plan prunes while planning (3). The custom variant is the control: the
+    # same table and query, pruned, where the rule must stay silent.
+    "partition-locks": (
+        'scripts = ["lookup.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4, 8]\n'
+        'variants = {generic = {plan_cache_mode = "force_generic_plan"}, '
+        'custom = {plan_cache_mode = "force_custom_plan"}}\n',
+        {
+            "lookup.sql": f"\\set k random(1, {PARTITIONS * 1000})\n"
+            "select pad from orders where id = :k;\n",
+            "schema.sql": "create table orders(id int, customer int, pad text) "
+            "partition by hash (id);\n"
+            "select format('create table orders_%s partition of orders "
+            f"for values with (modulus {PARTITIONS}, remainder %s)', i, i) "
+            f"from generate_series(0, {PARTITIONS - 1}) i \\gexec\n"
+            "create index on orders(id);\n"
+            "insert into orders select g, g % 1000, md5(g::text) "
+            f"from generate_series(1, {PARTITIONS * 1000}) g;\n"
+            "analyze orders;\n",
+        },
+        "lock-manager",
+    ),
 }
 
 
@@ -186,9 +214,44 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
             str(tmp_path / "r"),
             timeout=600,
         )
-    diag = diagnosis(run_doc(result), case, expected)
+    doc = run_doc(result)
+    diag = diagnosis(doc, case, expected)
     assert top_finding(diag) == expected, json.dumps(diag["findings"][:3], indent=1)[:3000]
     assert not diag["weak"]
+    if case == "partition-locks":
+        _partition_locks(doc, diag)
+
+
+def _partition_locks(doc: dict[str, Any], diag: dict[str, Any]) -> None:
+    """The lock-manager finding names the table, on the variant that does not prune only."""
+    top = diag["findings"][0]
+    assert top["variant"] == "generic" and "orders" in top["title"], top["title"]
+    assert not [
+        f for f in diag["findings"] if f["id"] == "lock-manager" and f["variant"] != "generic"
+    ]
+    peaks = {s["variant"]: s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]}
+    generic, custom = peaks["generic"], peaks["custom"]
+    assert generic["locks.per_backend"]["value"] > 16 >= custom["locks.per_backend"]["value"]
+    assert f"{PARTITIONS} partitions" in generic["locks.table.orders"]["label"]
+    assert generic["locks.non_fastpath_share"]["value"] > 0.5
+    assert custom["locks.non_fastpath_share"]["value"] == 0.0
+    assert generic["locks.manager_share"]["value"] > 0.1 > custom["locks.manager_share"]["value"]
+
+
+def test_lock_manager_is_silent_where_locks_fit_the_fast_path_slots(tmp_path: Path) -> None:
+    """tpcb-like, the hot-rows case: a transaction locks four tables and three indexes, all
+    in its fast-path slots. The collector sees them (and not pgscope's own sessions reading
+    pg_locks), and the lock-manager rule stays silent."""
+    spec = tmp_path / "tpcb.toml"
+    spec.write_text('workload = "tpcb-like"\nscale = 1\nclients = [4]\n' + COMMON)
+    result = pgscope("run", str(spec), "--json", "--results-dir", str(tmp_path / "r"), timeout=600)
+    doc = run_doc(result)
+    facts = next(s["facts"] for s in doc["facts"] if s["variant"] and s["peak"])
+    assert 0 < facts["locks.per_backend"]["value"] <= 8, facts["locks.per_backend"]
+    assert facts["locks.non_fastpath_share"]["value"] < 0.05, facts["locks.non_fastpath_share"]
+    tables = {n.removeprefix("locks.table.") for n in facts if n.startswith("locks.table.")}
+    assert "pgbench_accounts" in tables and not tables & {"pg_catalog.pg_locks", "pg_locks"}
+    assert "lock-manager" not in {f["id"] for f in doc["diagnosis"]["findings"]}
 
 
 def test_connecting_once_is_no_connection_overhead(tmp_path: Path) -> None:

@@ -65,6 +65,8 @@ FACT_SOURCES = {
     "conn.session": "the pgstats collector (pg_stat_database.sessions, PostgreSQL 14+)",
     "conn.server_cpu": "the host collector",
     "conn.": "pgbench's summary (its connection time)",
+    "locks.manager_share": "the activity collector or the usdt collector's lwlock program",
+    "locks.": "the pglocks collector, and its readings catching sessions that hold locks",
 }
 
 
@@ -86,6 +88,9 @@ class Rule:
     symptom: bool = False
     # "{name}" is this fact's label (a cause, in words); its name's suffix picks the advice
     quote_from: str | None = None
+    # Findings of other rules that say the same thing less specifically ("id", or "id:name"
+    # for a rule whose title has a {name}): dropped on a variant where this rule fires.
+    supersedes: list[str] = field(default_factory=list)
 
 
 def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str]]]:
@@ -199,16 +204,21 @@ def diagnose(
     # evidence for the report, not separate findings).
     variant_sheets = [s for s in sheets if s.variant is not None and s.peak]
     run_sheets = [s for s in sheets if s.variant is None]
+    found: dict[str, list[Finding]] = {}
     for rule in rules:
         targets = run_sheets if rule.scope == "run" else variant_sheets
         outcomes = [evaluate(rule, sheet, advice, absence) for sheet in targets]
-        found = [o for o in outcomes if isinstance(o, Finding)]
+        found[rule.id] = [o for o in outcomes if isinstance(o, Finding)]
         not_assessed += [o for o in outcomes if isinstance(o, NotAssessed)]
-        shared = rule.scope == "variant" and len(targets) > 1 and len(found) == len(targets)
-        for finding in found:
+    _drop_superseded(rules, found)
+    for rule in rules:
+        targets = run_sheets if rule.scope == "run" else variant_sheets
+        mine = found[rule.id]
+        shared = rule.scope == "variant" and len(targets) > 1 and len(mine) == len(targets)
+        for finding in mine:
             finding.specific = not shared
-            finding.breadth = len(found) / len(targets)
-        findings += found
+            finding.breadth = len(mine) / len(targets)
+        findings += mine
     loss = {s.variant: s.value("variants.loss_vs_fastest") or 0.0 for s in variant_sheets}
     symptoms = {r.id for r in rules if r.symptom}
 
@@ -224,6 +234,25 @@ def diagnose(
     if not reported or weak or reported[0].id in symptoms:
         verdict += _where_time_goes(variant_sheets)
     return Diagnosis(verdict, reported, not_assessed, weak)
+
+
+def _drop_superseded(rules: list[Rule], found: dict[str, list[Finding]]) -> None:
+    """Drop the findings a more specific finding on the same variant supersedes (the
+    LockManager hot spot, where the lock-manager finding says why the tranche waits)."""
+    by_id = {rule.id: rule for rule in rules}
+    for rule in rules:
+        for target in rule.supersedes:
+            other_id, _, name = target.partition(":")
+            other = by_id.get(other_id)
+            if other is None:
+                continue
+            title = other.title.replace("{name}", name) if name else None
+            variants = {f.variant for f in found[rule.id]}
+            found[other_id] = [
+                f
+                for f in found[other_id]
+                if f.variant not in variants or (title is not None and f.title != title)
+            ]
 
 
 def _where_time_goes(sheets: list[FactSheet]) -> str:

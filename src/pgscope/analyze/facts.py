@@ -16,6 +16,7 @@ import statistics
 from typing import Any
 
 from pgscope.analyze.connfacts import connection_facts
+from pgscope.analyze.lockfacts import lock_facts
 from pgscope.analyze.model import Fact, FactSheet, RunAnalysis
 from pgscope.analyze.scaling import Cell
 from pgscope.analyze.usdt import LatencySummary
@@ -122,6 +123,7 @@ def _cell_sheet(
     _traced_lock_facts(sheet, analysis, variant, n, profile)
     work_facts(sheet, analysis, variant, n)
     connection_facts(sheet, analysis, variant, n)
+    lock_facts(sheet, analysis, variant, n)
     return sheet
 
 

@@ -15,7 +15,16 @@ from typing import Any
 
 import duckdb
 
-from pgscope.analyze import compare, pgstats, profile, statements, timeline, usdt, waits
+from pgscope.analyze import (
+    compare,
+    heldlocks,
+    pgstats,
+    profile,
+    statements,
+    timeline,
+    usdt,
+    waits,
+)
 from pgscope.analyze.absence import absent_evidence
 from pgscope.analyze.diagnose import diagnose
 from pgscope.analyze.facts import extract
@@ -100,6 +109,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         cpu=_cpu(store, scaling),
         variants=_variants(rows, spec, declared),
         statements=statements.read(db),
+        held_locks=heldlocks.read(db),
     )
 
 

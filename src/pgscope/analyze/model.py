@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from pgscope.analyze.compare import Comparison
+from pgscope.analyze.heldlocks import HeldLocks
 from pgscope.analyze.pgstats import StepStats
 from pgscope.analyze.profile import FlameGraph, FunctionTable
 from pgscope.analyze.scaling import ScalingAnalysis
@@ -387,6 +388,7 @@ class RunAnalysis:
     cpu: Cpu
     variants: Variants
     statements: Statements = field(default_factory=Statements)  # per step, statements, tables
+    held_locks: HeldLocks = field(default_factory=HeldLocks)  # per step, relation locks held
     facts: list[FactSheet] = field(default_factory=list)  # per cell, then the run's
     diagnosis: Diagnosis | None = None
 
