@@ -220,6 +220,16 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
     assert not diag["weak"]
     if case == "partition-locks":
         _partition_locks(doc, diag)
+    if case == "missing-index":
+        _missing_index(diag)
+
+
+def _missing_index(diag: dict[str, Any]) -> None:
+    """The statement's generic plan names the column an index would serve."""
+    evidence = {e["name"]: e for e in diag["findings"][0]["evidence"]}
+    plan = evidence["plan.seq_filter.items"]
+    assert "(val = $1)" in plan["label"], plan
+    assert "CREATE INDEX CONCURRENTLY ON items (val)" in plan["label"], plan
 
 
 def _partition_locks(doc: dict[str, Any], diag: dict[str, Any]) -> None:

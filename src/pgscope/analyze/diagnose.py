@@ -60,6 +60,7 @@ FACT_SOURCES = {
     # Rows read per row returned: the rows returned are the statements'.
     "scan.seq_rows_per_row": "pg_stat_statements (the statements collector)",
     "scan.": "the statements collector (table statistics)",
+    "plan.": "the statements collector's EXPLAIN of generic plans (embedded clusters only)",
     "table.": "the statements collector (table statistics)",
     "xact.": "pgbench's transaction log",
     "conn.session": "the pgstats collector (pg_stat_database.sessions, PostgreSQL 14+)",

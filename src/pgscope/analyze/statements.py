@@ -8,6 +8,8 @@ A statement or table first seen at a step's end counts from zero. Pure functions
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -76,6 +78,18 @@ class Statements:
     statements: list[StatementStep] = field(default_factory=list)
     tables: list[TableStep] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict)  # queryid (as text) -> normalised SQL
+    # queryid (as text) -> the sequential scans with a filter in its generic plan (embedded)
+    seq_filters: dict[str, list[SeqFilter]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SeqFilter:
+    """A sequential scan that filters rows in a statement's plan: an index on `columns` of
+    `relation` would serve the filter."""
+
+    relation: str
+    filter: str  # as EXPLAIN shows it: "(customer = $1)"
+    columns: list[str]
 
 
 # Counters are differences between a step's two readings; gauges are the end reading's.
@@ -138,13 +152,44 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
         ).fetchall()
         if int(q) in called
     }
+    plans = (
+        db.execute("SELECT queryid, plan FROM statement_plans WHERE plan IS NOT NULL").fetchall()
+        if table_exists(db, "statement_plans")
+        else []
+    )
+    filters = {str(q): found for q, plan in plans if (found := seq_filters(json.loads(plan)))}
     return Statements(
         read=True,
         statements_read=not (absent and absent[0]),
         statements=statements,
         tables=tables,
         texts=texts,
+        seq_filters=filters,
     )
+
+
+# A column compared in a filter: `(customer = $1)`, `((code)::text = $2)`, `(t.x > $1)`.
+_COMPARED = re.compile(
+    r"\(*(?:\w+\.)?(\w+)\)?(?:::[\w ]+)?\s*(?:=|<>|!=|<=|>=|<|>|~~\*?|!~~|IS\b|IN\b|= ANY)"
+)
+
+
+def seq_filters(explained: Any) -> list[SeqFilter]:
+    """The sequential scans with a filter in EXPLAIN (FORMAT JSON)'s output, outermost first."""
+    found: list[SeqFilter] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        if node.get("Node Type") == "Seq Scan" and node.get("Filter"):
+            text = str(node["Filter"])
+            columns = list(dict.fromkeys(m for m in _COMPARED.findall(text) if not m.isdigit()))
+            found.append(SeqFilter(str(node.get("Relation Name", "?")), text, columns))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    for entry in explained if isinstance(explained, list) else [explained]:
+        if isinstance(entry, dict) and isinstance(entry.get("Plan"), dict):
+            walk(entry["Plan"])
+    return found
 
 
 def _table_step(row: dict[str, Any]) -> TableStep:

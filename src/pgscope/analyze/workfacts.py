@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from pgscope.analyze.model import FactSheet, RunAnalysis
-from pgscope.analyze.statements import BLOCK_BYTES, TABLE_GAUGES, StatementStep, TableStep
+from pgscope.analyze.statements import (
+    BLOCK_BYTES,
+    TABLE_GAUGES,
+    SeqFilter,
+    StatementStep,
+    TableStep,
+)
 
 # A statement touching this many blocks (8 kB) per row it returns reads far more than it
 # gives: a lookup by index touches 3-5 (the tree's levels and the heap page).
@@ -65,7 +71,36 @@ def work_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) ->
     rows_returned = None
     if section.statements_read:
         rows_returned = _statement_facts(sheet, statements, section.texts, n)
+        _plan_facts(sheet, statements, section.seq_filters, section.texts, n)
     _table_facts(sheet, tables, rows_returned, xacts, n)
+
+
+def _plan_facts(
+    sheet: FactSheet,
+    statements: dict[str, _Sum],
+    filters: dict[str, list[SeqFilter]],
+    texts: dict[str, str],
+    n: int,
+) -> None:
+    """The busiest statement whose generic plan scans a table sequentially to filter it: the
+    table and the columns an index would serve (`plan.seq_filter.<table>`)."""
+    total_ms = sum(s["exec_ms"] for s in statements.values())
+    planned = [q for q in statements if filters.get(q) and statements[q]["exec_ms"] > 0]
+    if total_ms <= 0 or not planned:
+        return
+    queryid = max(planned, key=lambda q: statements[q]["exec_ms"])
+    scan = filters[queryid][0]
+    columns = ", ".join(scan.columns) or "?"
+    sheet.add(
+        f"plan.seq_filter.{scan.relation}",
+        statements[queryid]["exec_ms"] / total_ms,
+        "share",
+        SOURCE,
+        f"query {queryid} {_quoted(texts.get(queryid))}, whose generic plan reads {scan.relation} "
+        f"by a sequential scan with the filter {scan.filter} (an index to try: CREATE INDEX "
+        f"CONCURRENTLY ON {scan.relation} ({columns})); its share of the statements' execution "
+        f"time at {n} clients",
+    )
 
 
 def _statement_facts(

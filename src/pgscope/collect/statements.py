@@ -17,14 +17,21 @@ cluster pgscope loads it (`shared_preload_libraries`) and creates the extension;
 own sessions there set `pg_stat_statements.track = none`, so its monitoring queries are not
 counted among the workload's.
 
+On an embedded cluster it also keeps the generic plan of the step's busiest statements (the
+top 3 by execution time, each once a run): `PREPARE` of the normalised text, then `EXPLAIN
+(FORMAT JSON) EXECUTE` with `plan_cache_mode = force_generic_plan` (PostgreSQL 15 has no
+`EXPLAIN (GENERIC_PLAN)`), so a sequential scan's filter names the column an index would
+serve. Never on a user's server: it plans the user's statements in pgscope's session.
+
 What it costs: two readings per step, none during the load (one query over
 `pg_stat_statements`, whose size is bounded by `pg_stat_statements.max`, and one over the
-user tables).
+user tables), and on embedded clusters up to three plannings after a step.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -45,6 +52,9 @@ CREATE TABLE IF NOT EXISTS statement_readings (
     wal_bytes DOUBLE, jit_ms DOUBLE
 );
 CREATE TABLE IF NOT EXISTS statement_texts (queryid BIGINT NOT NULL, query VARCHAR);
+CREATE TABLE IF NOT EXISTS statement_plans (
+    step_id INTEGER NOT NULL, queryid BIGINT NOT NULL, plan VARCHAR, error VARCHAR
+);
 CREATE TABLE IF NOT EXISTS table_readings (
     step_id INTEGER NOT NULL, mark VARCHAR NOT NULL, ts_us BIGINT NOT NULL,
     relname VARCHAR NOT NULL, seq_scan DOUBLE, seq_tup_read DOUBLE, idx_scan DOUBLE,
@@ -123,6 +133,10 @@ TABLE_COLUMNS = (
 # The load's sessions flush their table statistics when they exit: the end reading waits
 # (this long at most) for them to be gone.
 CLIENTS_GONE_S = 2.0
+EXPLAINED_PER_STEP = 3
+# Statements whose plan EXPLAIN shows without running them (a normalised text: $1, $2 ...).
+_EXPLAINABLE = re.compile(r"^\s*(select|with|update|delete|insert)\b", re.IGNORECASE)
+_PARAMETER = re.compile(r"\$(\d+)")
 
 
 def _has_statements(session: psycopg.Connection[Any]) -> bool:
@@ -165,7 +179,10 @@ class StatementsCollector(Collector):
         self.ctx = ctx
         self.store: RunStore = ctx.store
         ctx.store.ensure_schema(SCHEMA)
-        self.known_texts: set[int] = set()
+        self.known_texts: dict[int, str] = {}
+        self.explained: set[int] = set()
+        self.started_ms: dict[int, float] = {}  # exec time per statement at the step's start
+        self.explain = ctx.env.target_kind == "embedded"
         with ctx.conn.connect(application_name=APPLICATION_NAME) as session:
             if ctx.env.target_kind == "embedded":
                 try:
@@ -232,15 +249,64 @@ class StatementsCollector(Collector):
                         value += sum(row.get(n) or 0.0 for n in JIT_TIMES)
                     columns[column].append(value)
             self.store.append("statement_readings", columns)
+        exec_ms = (
+            {q: ms or 0.0 for q, ms in zip(columns["queryid"], columns["exec_ms"], strict=True)}
+            if statements
+            else {}
+        )
         if texts:
             self.store.append(
                 "statement_texts",
                 {"queryid": [int(q) for q, _ in texts], "query": [t for _, t in texts]},
             )
-            self.known_texts.update(int(q) for q, _ in texts)
+            self.known_texts.update((int(q), str(t)) for q, t in texts)
+        if mark == "start":
+            self.started_ms = exec_ms
+        elif self.explain:
+            self._explain_busiest(step_id, exec_ms)
+
+    def _explain_busiest(self, step_id: int, exec_ms: dict[int, float]) -> None:
+        """The generic plans of the step's busiest statements not yet explained."""
+        spent = {q: ms - self.started_ms.get(q, 0.0) for q, ms in exec_ms.items()}
+        busiest = sorted((q for q in spent if spent[q] > 0), key=lambda q: -spent[q])
+        chosen = [
+            q
+            for q in busiest[:EXPLAINED_PER_STEP]
+            if q not in self.explained and _EXPLAINABLE.match(self.known_texts.get(q, ""))
+        ]
+        if not chosen:
+            return
+        plans: dict[str, list[Any]] = {"step_id": [], "queryid": [], "plan": [], "error": []}
+        with self.ctx.conn.connect(application_name=APPLICATION_NAME) as session:
+            session.execute("SET plan_cache_mode = force_generic_plan")
+            for queryid in chosen:
+                plan, error = _generic_plan(session, self.known_texts[queryid])
+                self.explained.add(queryid)
+                for key, value in zip(plans, (step_id, queryid, plan, error), strict=True):
+                    plans[key].append(value)
+        self.store.append("statement_plans", plans)
 
     def stop(self) -> str | None:
         return None
+
+
+def _generic_plan(session: psycopg.Connection[Any], text: str) -> tuple[str | None, str | None]:
+    """(EXPLAIN's JSON of the statement's generic plan, None) or (None, why not). Its
+    parameters get NULLs: a generic plan does not depend on their values, and EXPLAIN without
+    ANALYZE runs nothing."""
+    count = max((int(n) for n in _PARAMETER.findall(text)), default=0)
+    arguments = f"({', '.join(['NULL'] * count)})" if count else ""
+    try:
+        session.execute(f"PREPARE pgscope_plan AS {text}")
+        try:
+            row = session.execute(
+                f"EXPLAIN (FORMAT JSON) EXECUTE pgscope_plan{arguments}"
+            ).fetchone()
+        finally:
+            session.execute("DEALLOCATE pgscope_plan")
+    except psycopg.Error as exc:
+        return None, str(exc.diag.message_primary or exc)
+    return (json.dumps(row[0]) if row else None), None
 
 
 def _wait_for_clients_to_leave(session: psycopg.Connection[Any]) -> None:
