@@ -303,7 +303,8 @@ def pg() -> PgBinaries:
 
 
 def pgscope_temp_dirs() -> set[str]:
-    """Cluster directories in this session's TMPDIR."""
+    """pgscope's scratch directories in this session's TMPDIR: clusters, pgbench's working
+    directory (pgscope-load-*), initdb templates, perf's control FIFOs."""
     return {p.name for p in SESSION_TMP.glob("pgscope-*")}
 
 

@@ -277,3 +277,13 @@ def test_a_finding_supersedes_only_the_named_tranche() -> None:
     ids = [(f.id, f.title) for f in diagnose([made, FactSheet(None, None)]).findings]
     assert ("lwlock-hotspot", "LWLock hot spot: WALWrite") in ids, ids
     assert "lock-manager" in {i for i, _ in ids}
+
+
+def test_the_seq_scan_finding_quotes_the_generic_plans_filter_and_the_index_to_try() -> None:
+    """Recorded: a lookup on an unindexed column; the statement's generic plan (EXPLAIN of a
+    PREPARE under force_generic_plan) names the column."""
+    _, sheets = recorded(FACTS / "missing-index.json")
+    top = diagnose(sheets).findings[0]
+    assert top.id == "seq-scan" and "items" in top.title
+    plan = next(f for f in top.evidence if f.name == "plan.seq_filter.items")
+    assert "(val = $1)" in plan.label and "ON items (val)" in plan.label, plan.label
