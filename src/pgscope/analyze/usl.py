@@ -176,9 +176,11 @@ def _fit_usl_params(
     bounded: bool,
     amdahl: bool = False,
     starts: tuple[Array, ...] | None = None,
+    tol: float = 1e-12,
 ) -> Array:
     """Least squares for (λ, σ, κ). Several starting points guard against local minima;
-    bootstrap refits pass the full fit as their single start."""
+    bootstrap refits pass the full fit as their single start, and a looser `tol`: their
+    percentiles need 4 digits, not 12."""
     from scipy.optimize import least_squares  # imported on first fit: it is slow to load
 
     lower = [0.0, 0.0, 0.0] if bounded else [0.0, -np.inf, -np.inf]
@@ -213,9 +215,9 @@ def _fit_usl_params(
                 jac=jacobian,
                 bounds=([lower[i] for i in free], [upper[i] for i in free]),
                 x_scale="jac",
-                ftol=1e-12,
-                xtol=1e-12,
-                gtol=1e-12,
+                ftol=tol,
+                xtol=tol,
+                gtol=tol,
                 max_nfev=5000,
             )
         except ValueError:
@@ -338,6 +340,9 @@ def fit_usl(
     )
 
 
+BOOTSTRAP_TOL = 1e-8
+
+
 def _bootstrap(
     n: Array, x: Array, fitted: Array, draws_wanted: int, seed: int
 ) -> tuple[Array | None, dict[str, tuple[float, float] | None]]:
@@ -353,7 +358,9 @@ def _bootstrap(
         if len(np.unique(n[idx])) < 3:
             continue
         try:
-            draws.append(_fit_usl_params(n[idx], x[idx], bounded=True, starts=(fitted,)))
+            draws.append(
+                _fit_usl_params(n[idx], x[idx], bounded=True, starts=(fitted,), tol=BOOTSTRAP_TOL)
+            )
         except ValueError:
             continue
     if len(draws) < 20:
