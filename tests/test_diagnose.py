@@ -287,3 +287,16 @@ def test_the_seq_scan_finding_quotes_the_generic_plans_filter_and_the_index_to_t
     assert top.id == "seq-scan" and "items" in top.title
     plan = next(f for f in top.evidence if f.name == "plan.seq_filter.items")
     assert "(val = $1)" in plan.label and "ON items (val)" in plan.label, plan.label
+
+
+def test_dead_versions_behind_a_hot_row_are_not_named_its_cause() -> None:
+    """Recorded: every client bumps one counter row. Its table is all dead versions (the
+    dead-rows rule's score is 1.0), but the sessions queue for the row's lock and each lookup
+    touches a few blocks: the finding is the queue, and dead-rows is weakened out of the way."""
+    _, sheets = recorded(FACTS / "hot-counter.json")
+    findings = diagnose(sheets).findings
+    assert findings[0].id == "hot-row-locks", [(f.id, f.confidence) for f in findings]
+    peak = next(s for s in sheets if s.variant and s.peak)
+    assert peak.facts["table.read_dead_share"].value > 0.9, "the dead rows are there"
+    dead = [f for f in findings if f.id == "dead-rows"]
+    assert all(f.confidence == "low" and len(f.weakened_by) == 2 for f in dead), dead

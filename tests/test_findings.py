@@ -102,6 +102,19 @@ PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
         "cpu-saturation",
     ),
     # Beyond the named field cases: the work itself (statements, tables).
+    # Every client bumps one counter row: they queue for its lock, and its old versions pile
+    # up dead (autovacuum cannot keep up within seconds). The dead rows are the queue's
+    # by-product; the queue is the cause.
+    "hot-counter": (
+        'scripts = ["bump.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 8]\n',
+        {
+            "bump.sql": "begin;\nupdate counters set n = n + 1 where id = 1;\n"
+            "select pg_sleep(0.001);\ncommit;\n",
+            "schema.sql": "create table counters(id int primary key, n bigint);\n"
+            "insert into counters values (1, 0), (2, 0);\n",
+        },
+        "hot-row-locks",
+    ),
     "missing-index": (
         'scripts = ["lookup.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
         {
