@@ -300,3 +300,15 @@ def test_dead_versions_behind_a_hot_row_are_not_named_its_cause() -> None:
     assert peak.facts["table.read_dead_share"].value > 0.9, "the dead rows are there"
     dead = [f for f in findings if f.id == "dead-rows"]
     assert all(f.confidence == "low" and len(f.weakened_by) == 2 for f in dead), dead
+
+
+def test_transactions_thrown_away_come_before_commits_that_wait() -> None:
+    """Measured on a repeatable-read workload over 3 rows at 4 clients: 43% of transactions
+    failed on serialization while commits waited for the flush 46% of active time. Both at
+    high confidence: the lost work is the headline; a 10% failure rate (medium) is not."""
+    facts = {"wait__commit_flush": 0.46, "xact__failed_share": 0.43}
+    found = diagnose([sheet(**facts), FactSheet(None, None)]).findings
+    assert [f.id for f in found[:2]] == ["failing-transactions", "commit-flush"], found
+    few = {**facts, "xact__failed_share": 0.10}
+    found = diagnose([sheet(**few), FactSheet(None, None)]).findings
+    assert [f.id for f in found[:2]] == ["commit-flush", "failing-transactions"], found

@@ -87,6 +87,9 @@ class Rule:
     unless: list[list[Any]] = field(default_factory=list)
     name_from: str | None = None
     symptom: bool = False
+    # The finding is about work thrown away (transactions that fail), not work slowed: among
+    # findings of the same confidence it comes first, since a commit that waits still commits.
+    lost_work: bool = False
     # "{name}" is this fact's label (a cause, in words); its name's suffix picks the advice
     quote_from: str | None = None
     # Findings of other rules that say the same thing less specifically ("id", or "id:name"
@@ -222,11 +225,12 @@ def diagnose(
         findings += mine
     loss = {s.variant: s.value("variants.loss_vs_fastest") or 0.0 for s in variant_sheets}
     symptoms = {r.id for r in rules if r.symptom}
+    lost = {r.id for r in rules if r.lost_work}
 
-    def rank(f: Finding) -> tuple[bool, bool, bool, int, float, float]:
+    def rank(f: Finding) -> tuple[bool, bool, bool, int, bool, float, float]:
         slower = loss.get(f.variant, 0.0) >= LOSS_THRESHOLD
         level = LEVELS.index(f.confidence)
-        return (f.specific, slower, f.id not in symptoms, level, -f.breadth, f.score)
+        return (f.specific, slower, f.id not in symptoms, level, f.id in lost, -f.breadth, f.score)
 
     findings.sort(key=rank, reverse=True)
     reported = [f for f in findings if f.confidence != "low"] or findings[:3]
