@@ -307,9 +307,11 @@ def test_a_hot_page_on_two_cores_shows_no_spinlock_or_snapshot_hot_spot(tmp_path
     [facts] = [s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]]
     assert facts["cpu.samples"]["value"] >= 200, "a profile large enough to judge"
     assert facts["cpu.spin"]["value"] < 0.05, facts["cpu.spin"]
-    # Every select takes a snapshot: the function is on the stacks, a sliver of them.
-    assert 0 < facts["cpu.snapshot"]["value"] < 0.06, facts["cpu.snapshot"]
-    assert "cpu.snapshot_caller.GetTransactionSnapshot" in facts, sorted(facts)
+    assert facts["cpu.snapshot"]["value"] < 0.06, facts["cpu.snapshot"]
+    # Every select takes a snapshot, on about 0.5% of the samples: 2 or 3 of a cell's few
+    # hundred, so some cell (not always each) names the caller from real stacks.
+    cells = [s["facts"] for s in doc["facts"] if s["variant"]]
+    assert any("cpu.snapshot_caller.GetTransactionSnapshot" in c for c in cells), cells[-1]
 
 
 CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace"))
