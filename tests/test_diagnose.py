@@ -46,7 +46,16 @@ def test_recorded_runs_get_their_planted_cause_first(path: Path) -> None:
 NOT_RECORDED = {
     "kernel-locks": "needs a workload whose CPU profile spends >5% in kernel spinlocks",
     "checkpoint-io": "a checkpoint dip without a jump of full-page images is within noise here",
+    # PostgreSQL 15 pins buffers by compare-and-swap and snapshots from dense arrays: on 2
+    # cores, hot pages, 256 writing connections and a server pinned to one CPU spun on at
+    # most 0.2% of the CPU samples and took snapshots on 1.3% (hot-page records the
+    # silence); tests/test_hot_spots.py plants both in built profiles.
+    "spinlock-contention": "needs a profile spending >5% of the CPU in s_lock/perform_spin_delay",
+    "snapshot-cost": "needs a profile spending >6% of the CPU in GetSnapshotData",
 }
+# Facts a rule names that only the built profiles of tests/test_hot_spots.py show (it checks
+# them there): no recorded run spun on a sample often enough to name its caller every time.
+NOT_RECORDED_FACTS = {"cpu.spin_caller.*"}
 
 
 def test_every_rule_fires_on_some_recorded_run() -> None:
@@ -60,6 +69,11 @@ def test_every_rule_fires_on_some_recorded_run() -> None:
     [
         ("kernel-locks", {"cpu__kernel_lock": 0.2}),
         ("checkpoint-io", {"dip__excess": 0.45, "dip__fpi_wal_share": 0.02}),
+        ("spinlock-contention", {"cpu__spin": 0.33, "cpu__spin_caller__ReadBufferExtended": 0.9}),
+        (
+            "snapshot-cost",
+            {"cpu__snapshot": 0.14, "cpu__snapshot_caller__GetTransactionSnapshot": 1},
+        ),
     ],
 )
 def test_rules_without_a_recording_fire_on_their_evidence(
@@ -78,7 +92,7 @@ def test_every_fact_a_rule_names_exists_in_some_recording() -> None:
             *(c[0] for c in rule.require),
             *(c[0] for c in rule.weaken),
         ]
-        for name in names:
+        for name in set(names) - NOT_RECORDED_FACTS:
             known = (
                 any(n.startswith(name[:-1]) for n in seen) if name.endswith(".*") else name in seen
             )

@@ -105,7 +105,8 @@ def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str
     )
     data = tomllib.loads(text)
     rules = [Rule(**rule) for rule in data["rules"]]
-    tables = ("lwlock_advice", "cause_advice")  # per LWLock tranche; per cause of failure
+    # per LWLock tranche; per cause of failure; per caller of a CPU hot spot
+    tables = ("lwlock_advice", "cause_advice", "caller_advice")
     return rules, {k: list(v) for t in tables for k, v in data.get(t, {}).items()}
 
 

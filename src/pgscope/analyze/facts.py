@@ -19,6 +19,7 @@ from pgscope.analyze.connfacts import connection_facts
 from pgscope.analyze.lockfacts import lock_facts
 from pgscope.analyze.model import Fact, FactSheet, RunAnalysis
 from pgscope.analyze.scaling import Cell
+from pgscope.analyze.spinfacts import hot_spot_facts
 from pgscope.analyze.usdt import LatencySummary
 from pgscope.analyze.waits import Profile
 from pgscope.analyze.workfacts import work_facts
@@ -120,6 +121,7 @@ def _cell_sheet(
     _dip_facts(sheet, analysis, variant)
     _checkpoint_facts(sheet, analysis, variant)
     _profile_facts(sheet, analysis, variant, n)
+    hot_spot_facts(sheet, analysis, variant, n)
     _traced_lock_facts(sheet, analysis, variant, n, profile)
     work_facts(sheet, analysis, variant, n)
     connection_facts(sheet, analysis, variant, n)

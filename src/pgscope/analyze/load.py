@@ -325,7 +325,15 @@ def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
         steps = profile.steps_of(store, cell.variant, cell.clients)
         cpu = profile.load_profile(store, "cpu", steps) if steps else None
         if cpu is not None and cpu.total:
-            cells.append(ProfileCell(cell.variant, cell.clients, profile.function_table(cpu)))
+            cells.append(
+                ProfileCell(
+                    cell.variant,
+                    cell.clients,
+                    profile.function_table(cpu),
+                    profile.hot_spot(cpu, profile.SPIN_FUNCTIONS),
+                    profile.hot_spot(cpu, profile.SNAPSHOT_FUNCTIONS),
+                )
+            )
     whole = profile.load_profile(store, "cpu", None)
     return Cpu(
         host,

@@ -24,7 +24,7 @@ from pydantic import TypeAdapter
 from pgscope.analyze.compare import Comparison
 from pgscope.analyze.heldlocks import HeldLocks
 from pgscope.analyze.pgstats import StepStats
-from pgscope.analyze.profile import FlameGraph, FunctionTable
+from pgscope.analyze.profile import FlameGraph, FunctionTable, HotSpot
 from pgscope.analyze.scaling import ScalingAnalysis
 from pgscope.analyze.statements import Statements
 from pgscope.analyze.timeline import Dip, Series
@@ -349,6 +349,8 @@ class ProfileCell:
     variant: str
     clients: int
     functions: FunctionTable
+    spin: HotSpot | None = None  # samples in PostgreSQL's spin loops, by caller
+    snapshot: HotSpot | None = None  # samples in GetSnapshotData, by caller
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,19 @@ KERNEL_LOCK_FUNCTIONS = frozenset(
 )
 
 
+# PostgreSQL's own spin loops (storage/lmgr/s_lock.c). `s_lock` runs only when the inline
+# test-and-set of SpinLockAcquire failed, and `perform_spin_delay` once per failed retry of
+# any spin loop (s_lock, LockBufHdr, a buffer pin waiting for the header lock, an LWLock's
+# wait-list lock); below it `pg_usleep` sleeps once the spins run out. With either on the
+# stack the process waits for a lock another one holds. Not `finish_spin_delay`: every
+# LockBufHdr calls it, contended or not. (`pg_spin_delay` is the pause instruction, inlined:
+# no frame.)
+SPIN_FUNCTIONS = frozenset({"s_lock", "perform_spin_delay"})
+# The snapshot: every statement of a READ COMMITTED transaction takes one (and the catalog
+# cache its own); its cost grows with the backends in the process array.
+SNAPSHOT_FUNCTIONS = frozenset({"GetSnapshotData"})
+
+
 def is_kernel(frame: str) -> bool:
     return frame.endswith(KERNEL_SUFFIX)
 
@@ -254,6 +267,54 @@ def kernel_lock_share(profile: Profile) -> LockShare:
             value += count
             by_function[base_name(locks[-1])] += count
     return LockShare(value, value / total if total else 0.0, by_function.most_common())
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """Where a hot spot was called from: the nearest named function above it (Debian's
+    stripped `postgres` names only exported functions: a static caller such as PinBuffer or
+    LWLockWaitListLock is `postgres+0x…`, and the name is the exported one that called it),
+    and the most frequent named function above that."""
+
+    caller: str
+    via: str | None
+    value: int  # samples under this caller
+
+
+@dataclass(frozen=True)
+class HotSpot:
+    """Samples with any of `functions` on the stack, each stack counted once (its callees
+    included: the spin loop's sleep, the snapshot's ProcArrayLock), by caller."""
+
+    functions: list[str]
+    value: int
+    sites: list[CallSite]  # most value first
+
+
+def hot_spot(profile: Profile, functions: Iterable[str], limit: int = 5) -> HotSpot:
+    """The samples in `functions` and who called them: for each stack, the outermost of them
+    and the named user frames above it (s_lock called from perform_spin_delay's caller is one
+    spin, not two)."""
+    wanted = frozenset(functions)
+    value = 0
+    callers: Counter[str] = Counter()
+    vias: dict[str, Counter[str | None]] = defaultdict(Counter)
+    for (_, _, frames), count in profile.stacks.items():
+        at = next(
+            (i for i, f in enumerate(frames) if not is_kernel(f) and base_name(f) in wanted), None
+        )
+        if at is None:
+            continue
+        value += count
+        above = [base_name(f) for f in reversed(frames[:at]) if not is_kernel(f) and is_named(f)]
+        caller = above[0] if above else "[unknown]"
+        callers[caller] += count
+        vias[caller][above[1] if len(above) > 1 else None] += count
+    sites = [
+        CallSite(caller, vias[caller].most_common(1)[0][0], count)
+        for caller, count in sorted(callers.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    ]
+    return HotSpot(sorted(wanted), value, sites)
 
 
 @dataclass(frozen=True)
