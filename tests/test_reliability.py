@@ -384,12 +384,13 @@ def test_what_a_killed_run_left_is_found_by_doctor_and_removed_by_the_next_run(
     before = {p for p in scratch.glob("pgscope-*") if (p / ".pgscope-owner").exists()}
     proc = start(
         [
-            *("run", "scaling", "--clients", "1,2", "--duration", "30", "--scale", "1"),
+            *("run", "scaling", "--clients", "1,2", "--duration", "4", "--scale", "1"),
             *BASE,
             *("--collectors", "activity", "--results-dir", str(tmp_path / "killed")),
         ]
     )
     wait_for_line(proc, r"step 1/2")
+    time.sleep(1)  # into step 2's load
     proc.kill()
     proc.wait(timeout=10)
     left = {p for p in scratch.glob("pgscope-*") if (p / ".pgscope-owner").exists()} - before
