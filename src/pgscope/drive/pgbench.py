@@ -452,7 +452,8 @@ def workload_error(aborts: list[str], read_only: bool = False) -> str | None:
 # ERRORs a statement gets because the server or its host failed, not because of what the SQL
 # says (pgbench reports the message without its SQLSTATE: classes 53, 57, 58 and XX by text).
 _SERVER_FAULT = re.compile(
-    r"No space left on device|disk quota|could not (extend|write|fsync|read|open|create|seek)"
+    r"No space left on device|disk quota|could not (extend|write to|fsync|read|open|create|seek "
+    r"(in|to) block \d+ in)? ?file|could not (read|write) block"
     r"|Input/output error|out of memory|too many connections|the database system is"
     r"|terminating connection|lost synchronization",
     re.IGNORECASE,
