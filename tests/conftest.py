@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import locale
 import os
@@ -352,6 +353,18 @@ def no_leftovers() -> Iterator[None]:
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
     assert not left_procs, f"processes left behind by the suite: {describe(left_procs)}"
     assert not left_dirs, f"cluster directories left behind by the suite: {sorted(left_dirs)}"
+
+
+@contextlib.contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A small file system of `size` (tmpfs's syntax: "100m") at `mount`, unmounted on the way
+    out. Needs root: callers skip without it."""
+    mount.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.fixture(scope="session")

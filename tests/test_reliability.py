@@ -28,6 +28,7 @@ from tests.conftest import (
     server_processes,
     start,
     stop_within,
+    tmpfs,
     wait_for_line,
 )
 
@@ -245,13 +246,8 @@ def test_a_killed_tracer_leaves_a_recorded_gap_and_the_run_goes_on(tmp_path: Pat
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a small file system needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100m", "tmpfs", str(mount)], check=True)
-    try:
+    with tmpfs(tmp_path / "small", "100m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_nearly_full_results_disk_is_refused_before_starting(small_disk: Path) -> None:
@@ -466,8 +462,7 @@ def test_a_full_cluster_disk_fails_the_steps_it_hits_and_keeps_the_summary(
     if os.geteuid() != 0:
         pytest.skip("mounting a small file system needs root")
     work = Path(tempfile.mkdtemp(prefix="small-work-"))  # the account can enter the TMPDIR
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(work)], check=True)
-    try:
+    with tmpfs(work, "400m"):
         work.chmod(0o1777)
         proc = start(
             [
@@ -482,9 +477,7 @@ def test_a_full_cluster_disk_fails_the_steps_it_hits_and_keeps_the_summary(
         with contextlib.suppress(OSError), (work / "filler").open("wb") as filler:
             filler.write(b"\0" * free)
         out, err = proc.communicate(timeout=180)
-    finally:
-        subprocess.run(["umount", "-l", str(work)], check=False)
-        work.rmdir()
+    work.rmdir()
     assert proc.returncode == 7, err
     assert "Traceback" not in err
     doc = json.loads(out)

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from pgscope.errors import ExitCode
-from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, one_line_error, pgscope
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, one_line_error, pgscope, tmpfs
 
 SECTIONS = (
     "verdict",
@@ -299,13 +299,8 @@ def test_a_failed_runs_report_lists_every_step_error(tmp_path: Path) -> None:
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a small file system needs root")
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)], check=True)
-    try:
+    with tmpfs(tmp_path / "tiny", "12m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_report_html_on_a_full_or_read_only_disk_keeps_the_summary(tiny_disk: Path) -> None:
