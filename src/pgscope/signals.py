@@ -6,7 +6,7 @@ exit 130 without a word)."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -26,6 +26,34 @@ def received() -> Interrupted | None:
     return found if isinstance(found, Interrupted) else None
 
 
+def _received(signum: int) -> Interrupted:
+    """The `Interrupted` for a signal, remembered as this block's (the first one stays)."""
+    if signum == signal.SIGINT:
+        exc = Interrupted("SIGINT", ExitCode.INTERRUPTED)
+    else:
+        exc = Interrupted("SIGTERM", ExitCode.TERMINATED)
+    _state["received"] = _state["received"] or exc
+    return exc
+
+
+def _ignore_further() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+@contextmanager
+def _handling(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """`handler` for SIGINT and SIGTERM while the block runs; the previous ones after."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
 @contextmanager
 def signals_as_exceptions() -> Iterator[None]:
     """SIGINT/SIGTERM raise `Interrupted` in the main thread; later ones are ignored until the
@@ -33,54 +61,32 @@ def signals_as_exceptions() -> Iterator[None]:
     handler is back when an inner one ends."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if signum == signal.SIGINT:
-            exc = Interrupted("SIGINT", ExitCode.INTERRUPTED)
-        else:
-            exc = Interrupted("SIGTERM", ExitCode.TERMINATED)
-        _state["received"] = _state["received"] or exc
-        raise exc
+        _ignore_further()
+        raise _received(signum)
 
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     if _state["depth"] == 0:
         _state["received"] = None
     _state["depth"] += 1
-    for s in previous:
-        signal.signal(s, handler)
     try:
-        yield
+        with _handling(handler):
+            yield
     finally:
         _state["depth"] -= 1
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @contextmanager
-def signals_deferred(reraise: bool = True) -> Iterator[list[Interrupted]]:
+def signals_deferred() -> Iterator[list[Interrupted]]:
     """For short work that must not be cut (a run's last writes, the summary of a run whose
-    data is safe): a first SIGINT/SIGTERM is kept, in the list this yields, and raised as
-    `Interrupted` when the block ends (`reraise`) or left to the caller; a second one raises
-    at once (the user insists)."""
+    data is safe): a first SIGINT/SIGTERM is kept in the list this yields, for the caller to
+    raise when the work is done; a second one raises at once (the user insists)."""
     pending: list[Interrupted] = []
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        code = ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED
-        exc = Interrupted(signal.Signals(signum).name, code)
-        _state["received"] = _state["received"] or exc
+        exc = _received(signum)
         if pending:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            _ignore_further()
             raise exc
         pending.append(exc)
 
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in previous:
-        signal.signal(s, handler)
-    try:
+    with _handling(handler):
         yield pending
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-    if pending and reraise:
-        raise pending[0]

@@ -271,10 +271,12 @@ def run(
         # A Ctrl-C while analysing and writing the summary (a second or two) waits for it: the
         # data is safe, and a run without its summary is one a user cannot read. A second
         # Ctrl-C stops at once.
-        with signals_deferred():
+        with signals_deferred() as late:
             result = load_analysis(outcome.run_dir)
             document = run_document(result)
             written = write_outputs(result, offered())
+        if late:
+            raise late[0]
     except (Interrupted, EnvironmentProblem) as exc:
         exc.add_note(
             f"everything measured is in {outcome.run_dir} (pgscope report {outcome.run_dir} "

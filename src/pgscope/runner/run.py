@@ -177,7 +177,7 @@ def execute(
         raise
     # The run's last writes are not cut short: a signal now is kept, and returned as the
     # run's error when it had none (the steps were all measured).
-    with signals_deferred(reraise=False) as late:
+    with signals_deferred() as late:
         _ingest_server_log(store, run_dir / "server.log")
         status = _final_status(store, error)
         store.finish_run(status, str(error) if error else None)
