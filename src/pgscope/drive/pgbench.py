@@ -220,8 +220,11 @@ class Pgbench:
                 ) from None
         return int(count[0]) if count else None
 
-    def initialise(self, scale: int, *, allow_writes: bool) -> bool:
-        """Create pgbench tables at `scale` unless they already exist at that scale.
+    def initialise(
+        self, scale: int, *, allow_writes: bool, say: Callable[[str], None] | None = None
+    ) -> bool:
+        """Create pgbench tables at `scale` unless they already exist at that scale (`say`
+        hears when it starts to).
 
         Returns True when it initialised. Server-side data generation ('G') is much faster
         than client-side for large scales.
@@ -245,6 +248,8 @@ class Pgbench:
             "-q",
             *self._conn_args(),
         ]
+        if say is not None:
+            say(f"initialising pgbench tables at scale {scale}")
         proc = spawn(
             argv,
             run_as=self.user.run_as,

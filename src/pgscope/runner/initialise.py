@@ -26,12 +26,10 @@ def initialise_target(ctx: RunContext) -> int:
         version, version_num = server_version(session)
     store.set_server(version, version_num)
     if spec.scale > 0:
-        if ctx.pgbench.current_scale() == spec.scale:
-            reporter.phase(f"using the pgbench tables already at scale {spec.scale}")
-        else:
-            reporter.phase(f"initialising pgbench tables at scale {spec.scale}")
-        if ctx.pgbench.initialise(spec.scale, allow_writes=allow_writes):
+        if ctx.pgbench.initialise(spec.scale, allow_writes=allow_writes, say=reporter.phase):
             store.add_event("init", f"pgbench -i -s {spec.scale}")
+        else:
+            reporter.phase(f"using the pgbench tables already at scale {spec.scale}")
     init_sql = ctx.loaded.init_sql_path()
     if init_sql is not None:
         reporter.phase(f"running {init_sql.name}")
