@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import diagnosis, pgscope, run_doc, top_finding
-from tests.plant import busy_neighbours, cold_page_cache
+from tests.plant import busy_neighbours, cold_page_cache, slow_writes, slow_writes_unavailable
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 
@@ -34,6 +34,7 @@ pgstats = {}
 host = {}
 statements = {}
 pglocks = {}
+waldevice = {}
 """
 
 # name -> (spec text, files it needs, the finding that must come first); every case gets
@@ -47,6 +48,7 @@ CASE_FLAGS = {
     "partition-locks": ["--collectors", "activity,pgstats,host,statements,pglocks,perf"],
 }
 ONE = {"one.sql": "SELECT 1;\n"}
+SLOW_WAL_DEVICE = 16 * 2**20  # bytes/s
 PARTITIONS = 128
 PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
     # Three client counts: the USL fit (its sigma is evidence for hot rows) needs them.
@@ -159,6 +161,20 @@ PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
         {"big.sql": "select g, repeat('x', 200) from generate_series(1, 20000) g;\n"},
         "large-results",
     ),
+    # Rows of ~0.5 kB in 2,000-row transactions (1.3 MB of WAL each) on a disk that takes
+    # 16 MB/s from the server (plant.slow_writes): the WAL's bytes, not its flushes, are the
+    # limit. Unthrottled, this VM's disk takes ~300 MB/s and the same load is CPU- and
+    # extension-lock-bound (test_bulk_writes_on_a_fast_disk_are_not_wal_volume).
+    "wal-volume": (
+        'scripts = ["bulk.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4]\n',
+        {
+            "bulk.sql": "insert into events(payload) "
+            "select repeat(md5(random()::text), 16) from generate_series(1, 2000);\n",
+            "schema.sql": "create table events(id bigserial primary key, "
+            "at timestamptz default now(), payload text);\n",
+        },
+        "wal-volume",
+    ),
     "small-shared-buffers": (
         'workload = "select-only"\nscale = 20\nclients = [4]\n',
         {},
@@ -217,6 +233,12 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
         planted = cold_page_cache(Path(tempfile.gettempdir()))
     if case == "busy-neighbours":
         planted = busy_neighbours(4)  # twice the host's cores: the server gets a part
+    if case == "wal-volume":
+        work = Path(tempfile.gettempdir())  # the clusters' disk (conftest)
+        why_not = slow_writes_unavailable(work)
+        if why_not:
+            pytest.skip(f"cannot plant a slow WAL device: {why_not}")
+        planted = slow_writes(work, SLOW_WAL_DEVICE)
     with planted:
         result = pgscope(
             "run",

@@ -44,6 +44,7 @@ FACT_SOURCES = {
     "wait.": "the activity collector",
     "sessions.": "the activity collector",
     "host.": "the host collector",
+    "wal.device": "the waldevice collector (clusters pgscope starts)",
     "wal.": "the pgstats collector",
     "log.": "the pgstats collector (and a server log directory)",
     "rows_per_commit": "the pgstats collector",

@@ -18,6 +18,7 @@ from typing import Any
 from pgscope.analyze.connfacts import connection_facts
 from pgscope.analyze.lockfacts import lock_facts
 from pgscope.analyze.model import Fact, FactSheet, RunAnalysis
+from pgscope.analyze.pgstats import StepStats
 from pgscope.analyze.scaling import Cell
 from pgscope.analyze.spinfacts import hot_spot_facts
 from pgscope.analyze.usdt import LatencySummary
@@ -46,6 +47,16 @@ WAIT_GROUPS: dict[str, tuple[str, ...]] = {
         "LWLock:WALWrite",
         "IO:WALInitSync",
         "IO:WALInitWrite",
+    ),
+    # Writing WAL out, whether a commit waits for it or a backend for room in the WAL
+    # buffers (full of WAL not yet written: WALBufMapping).
+    "wal_io": (
+        "IO:WALWrite",
+        "IO:WALSync",
+        "LWLock:WALWrite",
+        "LWLock:WALBufMapping",
+        "IO:WALInitWrite",
+        "IO:WALInitSync",
     ),
     "syncrep": ("IPC:SyncRep",),
     "datafile_read": ("IO:DataFileRead", "IO:DataFilePrefetch"),
@@ -475,6 +486,49 @@ def _counter_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int
         ),
     ):
         sheet.add(name, _mean(values), unit, "pgstats", label)
+    _wal_rate_facts(sheet, analysis, steps, n)
+
+
+def _wal_rate_facts(
+    sheet: FactSheet, analysis: RunAnalysis, steps: list[StepStats], n: int
+) -> None:
+    """WAL written per second against what the WAL's device takes (probed before the load):
+    near it, the device's bandwidth is the limit, whatever the commits do."""
+    rate = _mean([s.wal_bytes / s.seconds if s.seconds > 0 else None for s in steps])
+    if rate is None:
+        return
+    wal = sum(s.wal_bytes for s in steps)
+    if wal > 0:
+        sheet.add(
+            "wal.fpi_byte_share",
+            min(1.0, sum(s.wal_fpi for s in steps) * BLOCK_BYTES / wal),
+            "share",
+            "pgstats",
+            f"full-page images' share of the WAL at {n} clients (each counted as a whole "
+            f"{BLOCK_BYTES // 1024} kB block: at most this)",
+        )
+    sheet.add(
+        "wal.bytes_per_s", rate, "bytes/s", "pgstats", f"WAL written per second at {n} clients"
+    )
+    device = analysis.environment.wal_device
+    if device is None or device.write_bytes_per_s <= 0:
+        return
+    sheet.add(
+        "wal.device_bytes_per_s",
+        device.write_bytes_per_s,
+        "bytes/s",
+        "waldevice",
+        f"WAL the server alone wrote and flushed per second before the load, in 1 MiB "
+        f"commits{f' (device {device.device})' if device.device else ''}",
+    )
+    sheet.add(
+        "wal.device_share",
+        rate / device.write_bytes_per_s,
+        "share",
+        "pgstats + waldevice",
+        f"WAL written per second at {n} clients, as a share of what the server alone could "
+        f"write before the load",
+    )
 
 
 def _dip_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str) -> None:

@@ -44,6 +44,7 @@ from pgscope.analyze.model import (
     Timeline,
     TracedCell,
     Variants,
+    WalDevice,
 )
 from pgscope.analyze.scaling import ScalingAnalysis, analyse
 from pgscope.errors import InputFileError
@@ -172,7 +173,16 @@ def _environment(store: RunStore, run: dict[str, Any], spec: dict[str, Any]) -> 
         collectors = store.query("SELECT * FROM collectors ORDER BY name")
         gaps = store.query("SELECT * FROM collector_gaps ORDER BY start_us")
     host = dict(json.loads(run["host_json"] or "{}"))
-    return Environment(host, settings, spec, collectors, gaps)
+    return Environment(host, settings, spec, collectors, gaps, _wal_device(store))
+
+
+def _wal_device(store: RunStore) -> WalDevice | None:
+    if not store.has_table("wal_device"):
+        return None
+    rows = store.query(
+        "SELECT folder, device, write_bytes_per_s, flush_seconds FROM wal_device ORDER BY ts_us"
+    )
+    return WalDevice(**rows[-1]) if rows else None
 
 
 def _variants(rows: list[dict[str, Any]], spec: dict[str, Any], declared: list[str]) -> Variants:

@@ -273,6 +273,16 @@ def _with_unit(setting: str, unit: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class WalDevice:
+    """The WAL's device, probed before the load (the waldevice collector)."""
+
+    folder: str | None  # the WAL's folder, where known
+    device: str | None  # its device, major:minor, where known
+    write_bytes_per_s: float  # WAL the server wrote and flushed alone, in 1 MiB commits
+    flush_seconds: float  # a commit of one byte of WAL (median, with the round trip)
+
+
+@dataclass(frozen=True)
 class Environment:
     """Where and how the run was measured."""
 
@@ -281,6 +291,7 @@ class Environment:
     spec: dict[str, Any]  # the effective spec
     collectors: list[dict[str, Any]]  # each collector's record: available, status, error
     gaps: list[dict[str, Any]]  # spans a collector did not cover, and why
+    wal_device: WalDevice | None = None  # None: not probed (not a cluster pgscope owns)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,10 @@ def _plan_facts(
     )
 
 
+def _kib(n: float) -> str:
+    return f"{n / 1024:,.0f} kB" if n >= 1024 else f"{n:,.0f} bytes"
+
+
 def _statement_facts(
     sheet: FactSheet, statements: dict[str, _Sum], texts: dict[str, str], n: int
 ) -> float | None:
@@ -190,6 +194,17 @@ def _statement_facts(
         SOURCE,
         f"execution time in statements that write WAL (change rows), at {n} clients",
     )
+    wal_total = sum(s["wal_bytes"] for s in writing.values())
+    if wal_total > 0:
+        wal_id, wal = max(writing.items(), key=lambda kv: kv[1]["wal_bytes"])
+        sheet.add(
+            "stmt.wal_top_share",
+            wal["wal_bytes"] / wal_total,
+            "share",
+            SOURCE,
+            f"{name(wal_id)}: its share of the WAL the statements wrote at {n} clients, "
+            f"{_kib(wal['wal_bytes'] / wal['calls'])} of WAL per call",
+        )
     plan_ms = sum(s["plan_ms"] for s in work.values())
     sheet.add(
         "stmt.plan_share",
