@@ -473,6 +473,12 @@ def _counter_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int
             "count",
             "rows inserted per commit",
         ),
+        (
+            "wal.syncs_per_xact",
+            [s.wal_syncs_per_xact for s in steps],
+            "count",
+            "WAL fsyncs per transaction (1: each commit flushes on its own)",
+        ),
     ):
         sheet.add(name, _mean(values), unit, "pgstats", label)
 
