@@ -49,3 +49,27 @@ fi
 # each start (measured: `pgscope report` 5.5 s -> 1.2 s).
 UV_PYTHON_DOWNLOADS=never .tools/bin/uv sync --frozen --quiet --compile-bytecode
 .venv/bin/python -m compileall -q src >/dev/null
+
+# PostgreSQL 16, 17 and 18 for the version tests (and `--pg-bin`): servers published as
+# Python wheels (initdb, postgres, pgbench, most of contrib). They are programs, not libraries
+# pgscope imports, so each goes into a folder of its own, outside the project's environment,
+# pinned by version and hash (scripts/pg-servers/<major>.txt), without their Python
+# dependencies (only their own launcher code needs those). .tools/pg/<major>/bin points at
+# the server's bin folder. PGSCOPE_PG_SERVERS="" skips them.
+for major in ${PGSCOPE_PG_SERVERS-16 17 18}; do
+  requirements="scripts/pg-servers/$major.txt"
+  folder=".tools/pg/$major"
+  if [[ ! -f "$folder/.installed" ]] || ! cmp -s "$requirements" "$folder/.installed"; then
+    echo "setup: installing PostgreSQL $major into $folder" >&2
+    rm -rf "$folder"
+    UV_PYTHON_DOWNLOADS=never .tools/bin/uv pip install --quiet --no-deps --require-hashes \
+      --python .venv/bin/python --target "$folder/site" -r "$requirements"
+    bindir=$(cd "$folder" && find site -path '*/pginstall/bin' -type d | head -n 1)
+    if [[ -z "$bindir" ]]; then
+      echo "setup: $requirements installed no pginstall/bin folder" >&2
+      exit 1
+    fi
+    ln -sfn "$bindir" "$folder/bin"
+    cp "$requirements" "$folder/.installed"
+  fi
+done

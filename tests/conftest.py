@@ -72,6 +72,7 @@ SERVER_FIXTURES = {
     *("cluster", "shared_cluster", "reference_run"),
     *("sweep", "pgws_cluster", "other_cluster"),  # test_report, test_activity, test_usdt
     *("logging_run", "syncrep_run", "checkpoint_run", "cpus_run"),  # test_recipes
+    *("pg_version", "pg_newer"),  # every version's tests start that version's server
 }
 SERVER_PROGRAMS = {"postgres", "initdb", "pg_ctl", "pgbench", "pg_basebackup"}
 TRACING_PROGRAMS = {"bpftrace", "perf"}
@@ -301,6 +302,40 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 @pytest.fixture(scope="session")
 def pg() -> PgBinaries:
     return find_binaries()
+
+
+# -- PostgreSQL versions ----------------------------------------------------------------------
+# Debian's 15 (with USDT probes) is every test's server; `make setup` also installs 16, 17 and
+# 18 (scripts/setup.sh: .tools/pg/<major>/bin). Tests that read views whose columns differ
+# between versions, and the planted causes named per version, take `pg_version`: they run on
+# each installed version, and say which is missing where one is.
+PG_MAJORS = (15, 16, 17, 18)
+NEWER_MAJORS = (16, 17, 18)  # beside 15, which every other test uses
+TOOLS_PG = Path(__file__).parent.parent / ".tools" / "pg"
+
+
+def pg_of_major(major: int) -> PgBinaries:
+    """The binaries of one PostgreSQL major version, or a skip saying why there are none."""
+    bindir = (
+        Path(f"/usr/lib/postgresql/{major}/bin") if major == 15 else TOOLS_PG / str(major) / "bin"
+    )
+    if not (bindir / "postgres").is_file():
+        pytest.skip(f"PostgreSQL {major} is not installed at {bindir} (make setup installs it)")
+    found = find_binaries(bindir)
+    assert found.major_version() == major, f"{bindir} holds PostgreSQL {found.version()}"
+    return found
+
+
+@pytest.fixture(params=PG_MAJORS, ids=lambda major: f"pg{major}")
+def pg_version(request: pytest.FixtureRequest) -> PgBinaries:
+    """Each PostgreSQL version in turn (15, 16, 17, 18)."""
+    return pg_of_major(int(request.param))
+
+
+@pytest.fixture(params=NEWER_MAJORS, ids=lambda major: f"pg{major}")
+def pg_newer(request: pytest.FixtureRequest) -> PgBinaries:
+    """16, 17 and 18 in turn, for tests whose 15 case is another test's."""
+    return pg_of_major(int(request.param))
 
 
 def pgscope_temp_dirs() -> set[str]:

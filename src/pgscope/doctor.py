@@ -14,10 +14,13 @@ from pgscope import leftovers
 from pgscope.collect.elfprobes import list_probes
 from pgscope.errors import EnvironmentProblem
 from pgscope.proc import server_account
-from pgscope.target.pgbin import find_binaries
+from pgscope.target.pgbin import PgBinaries, find_binaries
 
 TRACEFS_PATHS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 APT_HINT = "apt-get install"
+TESTED_MAJORS = (15, 16, 17, 18)  # the versions the suite runs (docs/versions.md)
+# Rules whose facts come from pg_stat_statements and the per-table statistics only.
+STATEMENT_RULES = "seq-scan, temp-spill, index-write-amplification, shared-buffers-small"
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,75 @@ def collector_checks(pg_bin: Path | None) -> list[Check]:
                 f"collector {name}",
             )
         )
+    return checks
+
+
+def version_checks(pg: PgBinaries) -> list[Check]:
+    """What this PostgreSQL version and installation give pgscope, and what not, and why
+    (docs/versions.md is the same table for every version)."""
+    major = pg.major_version()
+    tested = major in TESTED_MAJORS
+    checks = [
+        Check(
+            "version",
+            tested,
+            f"PostgreSQL {major}: tested"
+            if tested
+            else f"PostgreSQL {major} is not one pgscope is tested on "
+            f"({', '.join(map(str, TESTED_MAJORS))}): views may have moved (docs/versions.md)",
+            "" if tested else "pass --pg-bin DIR of PostgreSQL 15, 16, 17 or 18",
+            "statistics read as documented",
+        ),
+        Check(
+            "checkpoint counters",
+            True,
+            "pg_stat_checkpointer (PostgreSQL 17 moved them from pg_stat_bgwriter)"
+            if major >= 17
+            else "pg_stat_bgwriter",
+            needed_for="checkpoint findings' counts",
+        ),
+        Check(
+            "WAL writes, fsyncs",
+            True,
+            "pg_stat_io, object wal (PostgreSQL 18 moved them from pg_stat_wal)"
+            if major >= 18
+            else "pg_stat_wal",
+            needed_for="counters per step",
+        ),
+        Check(
+            "backend writes",
+            True,
+            "pg_stat_io (PostgreSQL 17 took buffers_backend out of pg_stat_bgwriter)"
+            if major >= 17
+            else "pg_stat_bgwriter.buffers_backend",
+            needed_for="counters per step",
+        ),
+        Check(
+            "wait event names",
+            True,
+            "PostgreSQL 17 renamed some (IO:WALSync is IO:WalSync ...): read under the "
+            "names of 15 and 16, which the rules use (analyze/wait_names.toml)"
+            if major >= 17
+            else "as the rules name them",
+            needed_for="wait-based findings",
+        ),
+    ]
+    control = pg.sharedir() / "extension" / "pg_stat_statements.control"
+    checks.append(
+        Check(
+            "pg_stat_statements",
+            control.is_file(),
+            str(control)
+            if control.is_file()
+            else f"not in this installation ({control} missing): no statement or table "
+            f"facts, so {STATEMENT_RULES} are not assessed",
+            ""
+            if control.is_file()
+            else f"a PostgreSQL {major} with its contrib extensions "
+            f"({APT_HINT} postgresql-contrib on Debian)",
+            "statement and table findings",
+        )
+    )
     return checks
 
 
@@ -130,6 +202,7 @@ def run_checks(
                 "all load",
             )
         )
+        checks.extend(version_checks(pg))
         control = pg.sharedir() / "extension" / "pg_wait_sampling.control"
         checks.append(
             Check(
@@ -188,7 +261,8 @@ def run_checks(
                 if probes
                 else "use a PostgreSQL built with --enable-dtrace "
                 "(Debian's and PGDG's packages are)",
-                "usdt tracing",
+                "usdt tracing: LWLock and lock wait times, checkpoint phases (without it: "
+                "sampled wait shares, checkpoints counted by the server)",
             )
         )
     bpftrace = shutil.which("bpftrace")

@@ -484,6 +484,12 @@ def _counter_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int
             "count",
             "rows inserted per commit",
         ),
+        (
+            "wal.syncs_per_xact",
+            [s.wal_syncs_per_xact for s in steps],
+            "count",
+            "WAL fsyncs per transaction (1: each commit flushes on its own)",
+        ),
     ):
         sheet.add(name, _mean(values), unit, "pgstats", label)
     _wal_rate_facts(sheet, analysis, steps, n)
@@ -612,6 +618,7 @@ def _checkpoint_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str) -> 
         if item.variant == variant and item.checkpoint.total_ns
     ]
     if not done:
+        _counted_checkpoint_facts(sheet, analysis, variant)
         return
     sheet.add("checkpoint.count", len(done), "count", "usdt", "checkpoints traced during the steps")
     for phase, label in (
@@ -648,6 +655,35 @@ def _checkpoint_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str) -> 
             "count",
             "usdt",
             "buffers a checkpoint wrote, on average",
+        )
+
+
+def _counted_checkpoint_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str) -> None:
+    """Where no checkpoint was traced (no usdt probes, or the program not run): the
+    checkpoints the server counted during the variant's steps, and the buffers they wrote
+    (pg_stat_bgwriter before PostgreSQL 17, pg_stat_checkpointer from 17). Their phase times
+    are not taken from these: the server adds them only when a checkpoint ends, which a spread
+    one often does after the step."""
+    steps = [c for c in analysis.counters if c.variant == variant]
+    count = sum(s.checkpoints for s in steps)
+    if not count:
+        return
+    sheet.add(
+        "checkpoint.count",
+        count,
+        "count",
+        "pgstats",
+        "checkpoints the server counted during the steps (requested and timed)",
+    )
+    written = [s.checkpoint_buffers for s in steps if s.checkpoint_buffers is not None]
+    if written:
+        sheet.add(
+            "checkpoint.buffers_written",
+            sum(written) / count,
+            "count",
+            "pgstats",
+            "buffers checkpoints wrote during the steps, per checkpoint counted (one still "
+            "writing at a step's end counts what it had written)",
         )
 
 

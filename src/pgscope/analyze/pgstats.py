@@ -52,6 +52,14 @@ class StepStats:
     # PostgreSQL 14+; None before)
     sessions: float | None = None
     session_ms: float | None = None
+    # The WAL's writes and fsyncs (pg_stat_wal before 18, pg_stat_io from 18), and the
+    # checkpoints' time writing and syncing (ms) and buffers written (pg_stat_bgwriter before
+    # 17, pg_stat_checkpointer from 17)
+    wal_writes: float | None = None
+    wal_syncs: float | None = None
+    checkpoint_write_ms: float | None = None
+    checkpoint_sync_ms: float | None = None
+    checkpoint_buffers: float | None = None
 
     @property
     def wal_bytes_per_xact(self) -> float | None:
@@ -64,6 +72,10 @@ class StepStats:
     @property
     def rows_per_commit(self) -> float | None:
         return self.rows_inserted / self.commits if self.commits else None
+
+    @property
+    def wal_syncs_per_xact(self) -> float | None:
+        return self.wal_syncs / self.xacts if self.wal_syncs is not None and self.xacts else None
 
     @property
     def sessions_per_xact(self) -> float | None:
@@ -82,20 +94,73 @@ class StepStats:
         return self.log_bytes / self.seconds
 
 
-_STEP_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "wal_bytes": ("pg_stat_wal", ("wal_bytes",)),
-    "wal_fpi": ("pg_stat_wal", ("wal_fpi",)),
-    "wal_records": ("pg_stat_wal", ("wal_records",)),
-    "checkpoints": ("pg_stat_bgwriter", ("checkpoints_req", "checkpoints_timed")),
-    "buffers_backend": ("pg_stat_bgwriter", ("buffers_backend",)),
-    "commits": ("pg_stat_database", ("xact_commit",)),
-    "rows_inserted": ("pg_stat_database", ("tup_inserted",)),
-    "log_bytes": ("pg_ls_logdir", ("bytes",)),
-    "sessions": ("pg_stat_database", ("sessions",)),
-    "session_ms": ("pg_stat_database", ("session_time",)),
+# A step counter -> where each PostgreSQL version keeps it: (view, object, its columns
+# summed), oldest first; a step takes the first that has snapshots. The same meaning across
+# versions: 17 moved the checkpoint counters to pg_stat_checkpointer and the backends' own
+# buffer writes to pg_stat_io only (16+ has both); 18 moved WAL writes and fsyncs from
+# pg_stat_wal to pg_stat_io (collect/pgstats.py sums the rows these come from).
+Place = tuple[str, str | None, tuple[str, ...]]
+STEP_COUNTERS: dict[str, tuple[Place, ...]] = {
+    "wal_bytes": (("pg_stat_wal", None, ("wal_bytes",)),),
+    "wal_fpi": (("pg_stat_wal", None, ("wal_fpi",)),),
+    "wal_records": (("pg_stat_wal", None, ("wal_records",)),),
+    "checkpoints": (
+        ("pg_stat_bgwriter", None, ("checkpoints_req", "checkpoints_timed")),
+        ("pg_stat_checkpointer", None, ("num_requested", "num_timed")),
+    ),
+    "buffers_backend": (
+        ("pg_stat_bgwriter", None, ("buffers_backend",)),
+        ("pg_stat_io", "backends", ("writes",)),
+    ),
+    "commits": (("pg_stat_database", None, ("xact_commit",)),),
+    "rows_inserted": (("pg_stat_database", None, ("tup_inserted",)),),
+    "log_bytes": (("pg_ls_logdir", None, ("bytes",)),),
+    "sessions": (("pg_stat_database", None, ("sessions",)),),
+    "session_ms": (("pg_stat_database", None, ("session_time",)),),
+    "wal_writes": (("pg_stat_wal", None, ("wal_write",)), ("pg_stat_io", "wal", ("writes",))),
+    "wal_syncs": (("pg_stat_wal", None, ("wal_sync",)), ("pg_stat_io", "wal", ("fsyncs",))),
+    "checkpoint_write_ms": (
+        ("pg_stat_bgwriter", None, ("checkpoint_write_time",)),
+        ("pg_stat_checkpointer", None, ("write_time",)),
+    ),
+    "checkpoint_sync_ms": (
+        ("pg_stat_bgwriter", None, ("checkpoint_sync_time",)),
+        ("pg_stat_checkpointer", None, ("sync_time",)),
+    ),
+    "checkpoint_buffers": (
+        ("pg_stat_bgwriter", None, ("buffers_checkpoint",)),
+        ("pg_stat_checkpointer", None, ("buffers_written",)),
+    ),
 }
-# Measured only where the server writes a log directory; since PostgreSQL 14.
-OPTIONAL = {"log_bytes", "sessions", "session_ms"}
+# Measured only where the server writes a log directory; since PostgreSQL 14; or read by no
+# store written before these were mapped.
+OPTIONAL = {
+    "log_bytes",
+    "sessions",
+    "session_ms",
+    "wal_writes",
+    "wal_syncs",
+    "checkpoint_write_ms",
+    "checkpoint_sync_ms",
+    "checkpoint_buffers",
+}
+
+
+def _step_total(
+    db: duckdb.DuckDBPyConnection, step_id: int, places: tuple[Place, ...]
+) -> float | None:
+    """A counter's growth over one step, from the first place that has both its snapshots."""
+    for source, obj, counters in places:
+        row = db.execute(
+            "SELECT sum(value) FILTER (WHERE mark = 'end') - "
+            "sum(value) FILTER (WHERE mark = 'start') FROM pgstats_counters "
+            "WHERE step_id = ? AND source = ? AND (? IS NULL OR object = ?) "
+            "AND list_contains(?, counter)",
+            [step_id, source, obj, obj, list(counters)],
+        ).fetchone()
+        if row and row[0] is not None:
+            return float(row[0])
+    return None
 
 
 def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
@@ -111,17 +176,9 @@ def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
         "FROM steps s JOIN latency_seconds l USING (step_id) GROUP BY ALL ORDER BY s.step_id"
     ).fetchall()
     for step_id, variant, clients, xacts, seconds in steps:
-        values: dict[str, float | None] = {}
-        for key, (source, counters) in _STEP_COUNTERS.items():
-            row = db.execute(
-                "SELECT sum(value) FILTER (WHERE mark = 'end') - "
-                "sum(value) FILTER (WHERE mark = 'start') FROM pgstats_counters "
-                "WHERE step_id = ? AND source = ? AND list_contains(?, counter)",
-                [step_id, source, list(counters)],
-            ).fetchone()
-            values[key] = float(row[0]) if row and row[0] is not None else None
+        values = {key: _step_total(db, step_id, places) for key, places in STEP_COUNTERS.items()}
         required = {k: v for k, v in values.items() if k not in OPTIONAL and v is not None}
-        if len(required) < len(_STEP_COUNTERS) - len(OPTIONAL):
+        if len(required) < len(STEP_COUNTERS) - len(OPTIONAL):
             continue  # no boundary snapshots for this step (it failed, or an older store)
         out.append(
             StepStats(
@@ -130,10 +187,8 @@ def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
                 int(clients),
                 int(xacts or 0),
                 float(seconds or 0.0),
-                log_bytes=values["log_bytes"],
-                sessions=values["sessions"],
-                session_ms=values["session_ms"],
                 **required,
+                **{key: values[key] for key in OPTIONAL},  # type: ignore[arg-type]
             )
         )
     return out

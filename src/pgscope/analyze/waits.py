@@ -15,7 +15,9 @@ Pure functions of the store: nothing here talks to a server.
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import duckdb
@@ -34,7 +36,25 @@ ACTIVE = (
 )
 CLIENTS = "backend_type = 'client backend' AND coalesce(application_name, '') NOT LIKE 'pgscope%'"
 WAIT_TYPE = "coalesce(wait_event_type, 'CPU')"
-WAIT_EVENT = "coalesce(wait_event, 'CPU')"
+
+
+def renamed_waits() -> dict[str, dict[str, str]]:
+    """Wait events a newer PostgreSQL renamed: {type: {its name: the name the rules use}}."""
+    text = resources.files("pgscope.analyze").joinpath("wait_names.toml").read_text()
+    return {kind: dict(names) for kind, names in tomllib.loads(text).items()}
+
+
+def _wait_event_sql() -> str:
+    """The sampled wait event under the name the rules use, whatever the server's version."""
+    whens = [
+        f"WHEN wait_event_type = '{kind}' AND wait_event = '{new}' THEN '{old}'"
+        for kind, names in renamed_waits().items()
+        for new, old in names.items()
+    ]
+    return f"coalesce(CASE {' '.join(whens)} ELSE wait_event END, 'CPU')"
+
+
+WAIT_EVENT = _wait_event_sql()
 
 
 def has_samples(db: duckdb.DuckDBPyConnection) -> bool:

@@ -1,14 +1,19 @@
 """Cumulative statistics views, snapshotted once a second: WAL, checkpoints and buffers,
-database counters, replication.
+database counters, replication, I/O.
 
 What it records: every numeric column of `pg_stat_wal`, `pg_stat_bgwriter`,
-`pg_stat_database` (per database) and `pg_stat_replication` (per standby; lags in ms), as
-(source, object, counter, value) rows, so a view's columns may differ between PostgreSQL
-versions without a schema change. Rates are differences between snapshots
-(`analyze/pgstats.py`): WAL bytes and full-page images per second around a checkpoint,
-checkpoints requested vs timed, buffers written by backends, commits per second. Besides the
-periodic snapshots, one is taken just before each step's load and one just after, so a
-step's totals are exact rather than blurred by the snapshot interval.
+`pg_stat_checkpointer` (PostgreSQL 17+), `pg_stat_database` (per database) and
+`pg_stat_replication` (per standby; lags in ms), and two sums of `pg_stat_io` (16+): the
+writes and fsyncs of shared buffers by every process but the checkpointer and the background
+writer (object `backends`: what `pg_stat_bgwriter.buffers_backend` counted before 17), and
+the WAL's own writes and fsyncs (object `wal`, 18+: what `pg_stat_wal.wal_write` and
+`wal_sync` counted before 18). Rows are (source, object, counter, value) as the server names
+them, so a view's columns may differ between PostgreSQL versions without a schema change; the
+analysis maps each version's names to one meaning (`analyze/pgstats.py`). Rates are
+differences between snapshots: WAL bytes and full-page images per second around a
+checkpoint, checkpoints requested vs timed, buffers written by backends, commits per second.
+Besides the periodic snapshots, one is taken just before each step's load and one just
+after, so a step's totals are exact rather than blurred by the snapshot interval.
 
 What it costs: one query a second (well under 1 ms of server CPU). Needs `pg_monitor` on a
 server pgscope does not own (for pg_stat_replication's details).
@@ -40,7 +45,7 @@ CREATE TABLE IF NOT EXISTS pgstats_counters (
 """
 
 # Each row: (source, object, json of the row). Numeric values are kept; the rest dropped.
-SNAPSHOT_SQL = """
+_COMMON_SQL = """
 SELECT 'pg_stat_wal', NULL, row_to_json(w)::text FROM pg_stat_wal w
 UNION ALL
 SELECT 'pg_stat_bgwriter', NULL, row_to_json(b)::text FROM pg_stat_bgwriter b
@@ -57,6 +62,42 @@ SELECT 'pg_stat_replication', r.application_name, json_build_object(
     'sync', CASE WHEN r.sync_state IN ('sync', 'quorum') THEN 1 ELSE 0 END)::text
 FROM pg_stat_replication r
 """
+# PostgreSQL 17 moved the checkpoint counters out of pg_stat_bgwriter.
+_CHECKPOINTER_SQL = """
+UNION ALL
+SELECT 'pg_stat_checkpointer', NULL, row_to_json(c)::text FROM pg_stat_checkpointer c
+"""
+# pg_stat_io (16+) has a row per (backend type, object, context); two sums of it carry what
+# the older views counted. Shared buffers written by the backends themselves:
+_IO_BACKENDS_SQL = """
+UNION ALL
+SELECT 'pg_stat_io', 'backends', json_build_object(
+    'writes', sum(writes), 'fsyncs', sum(fsyncs),
+    'write_time', sum(write_time), 'fsync_time', sum(fsync_time))::text
+FROM pg_stat_io
+WHERE object = 'relation' AND backend_type NOT IN ('checkpointer', 'background writer')
+"""
+# ... and, from 18 (which took wal_write and wal_sync out of pg_stat_wal), the WAL's writes
+# and fsyncs ('normal': the WAL written as it is generated; 'init' fills new segments).
+_IO_WAL_SQL = """
+UNION ALL
+SELECT 'pg_stat_io', 'wal', json_build_object(
+    'writes', sum(writes), 'fsyncs', sum(fsyncs), 'write_bytes', sum(write_bytes),
+    'write_time', sum(write_time), 'fsync_time', sum(fsync_time))::text
+FROM pg_stat_io WHERE object = 'wal' AND context = 'normal'
+"""
+
+
+def snapshot_sql(server_version_num: int) -> str:
+    """The snapshot query for a server of this version (server_version_num, e.g. 170010)."""
+    sql = _COMMON_SQL
+    if server_version_num >= 160000:
+        sql += _IO_BACKENDS_SQL
+    if server_version_num >= 170000:
+        sql += _CHECKPOINTER_SQL
+    if server_version_num >= 180000:
+        sql += _IO_WAL_SQL
+    return sql
 
 
 # The server log's size, where the logging collector writes one (else this query fails, and
@@ -76,7 +117,7 @@ class PgstatsOptions(BaseModel):
 
 class PgstatsCollector(PollingCollector):
     name = "pgstats"
-    summary = "pg_stat_wal/bgwriter/database/replication snapshots each second"
+    summary = "pg_stat_wal/bgwriter/checkpointer/io/database/replication snapshots each second"
     cost = "one query a second"
     default_in_runs = True
     Options = PgstatsOptions
@@ -90,7 +131,7 @@ class PgstatsCollector(PollingCollector):
             return Availability.yes()
         try:
             with env.conn.connect(application_name=cls.application_name) as session:
-                session.execute(SNAPSHOT_SQL).fetchall()
+                session.execute(snapshot_sql(session.info.server_version)).fetchall()
         except psycopg.Error as exc:
             return Availability.no(
                 f"cannot read the statistics views: {exc.diag.message_primary or exc}"
@@ -137,7 +178,7 @@ class PgstatsCollector(PollingCollector):
                 return  # that was the final snapshot: the last step's window has an end
 
     def _rows(self, session: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-        rows = session.execute(SNAPSHOT_SQL, prepare=True).fetchall()
+        rows = session.execute(snapshot_sql(session.info.server_version), prepare=True).fetchall()
         if self.logdir:
             try:
                 rows += session.execute(LOGDIR_SQL).fetchall()

@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS statement_readings (
     queryid BIGINT NOT NULL, calls DOUBLE, exec_ms DOUBLE, plan_ms DOUBLE, rows DOUBLE,
     shared_hit DOUBLE, shared_read DOUBLE, shared_dirtied DOUBLE, shared_written DOUBLE,
     temp_read DOUBLE, temp_written DOUBLE, wal_records DOUBLE, wal_fpi DOUBLE,
-    wal_bytes DOUBLE, jit_ms DOUBLE
+    wal_bytes DOUBLE, jit_ms DOUBLE, read_ms DOUBLE, write_ms DOUBLE
 );
 CREATE TABLE IF NOT EXISTS statement_texts (queryid BIGINT NOT NULL, query VARCHAR);
 CREATE TABLE IF NOT EXISTS statement_plans (
@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS table_readings (
 """
 
 # Column -> the view's names for it, newest first (PostgreSQL renamed some: total_time became
-# total_exec_time in 13; several are absent before 13 or 15).
+# total_exec_time in 13, blk_read_time and blk_write_time shared_blk_read_time and
+# shared_blk_write_time in 17; several are absent before 13 or 15).
 STATEMENT_COLUMNS: dict[str, tuple[str, ...]] = {
     "calls": ("calls",),
     "exec_ms": ("total_exec_time", "total_time"),
@@ -82,6 +83,10 @@ STATEMENT_COLUMNS: dict[str, tuple[str, ...]] = {
     "wal_fpi": ("wal_fpi",),
     "wal_bytes": ("wal_bytes",),
     "jit_ms": ("jit_generation_time",),  # + the other jit_*_time columns, summed below
+    # Time reading and writing shared blocks (track_io_timing on; on by default in embedded
+    # clusters)
+    "read_ms": ("shared_blk_read_time", "blk_read_time"),
+    "write_ms": ("shared_blk_write_time", "blk_write_time"),
 }
 JIT_TIMES = ("jit_inlining_time", "jit_optimization_time", "jit_emission_time")
 

@@ -100,7 +100,8 @@ def find_binaries(pg_bin: Path | None = None, *, need_server: bool = True) -> Pg
                 f"--pg-bin {pg_bin}: {wanted} not found there; point it at a PostgreSQL bin "
                 f"directory such as {DEBIAN_ROOT}/15/bin"
             )
-        return PgBinaries(pg_bin, "--pg-bin")
+        # Absolute: the server and pgbench start in other working directories.
+        return PgBinaries(pg_bin.absolute(), "--pg-bin")
     bindir = _pg_config_bindir()
     if bindir is not None:
         return PgBinaries(bindir, "pg_config")
