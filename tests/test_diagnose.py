@@ -132,10 +132,20 @@ def test_weakening_evidence_lowers_confidence_and_says_why() -> None:
 
 def test_weak_evidence_is_said_rather_than_guessed() -> None:
     diagnosis = diagnose(
-        [sheet(**{"wait__row_lock": 0.05, "wait__syncrep": 0.02}), FactSheet(None, None)]
+        [
+            sheet(**{"wait__row_lock": 0.05, "wait__syncrep": 0.02, "tps": 100.0}),
+            FactSheet(None, None),
+        ]
     )
     assert diagnosis.weak or not diagnosis.findings
     assert "weak" in diagnosis.verdict or "No bottleneck stands out" in diagnosis.verdict
+
+
+def test_a_run_that_measured_nothing_says_so_rather_than_no_bottleneck() -> None:
+    # Every step failed (a server that PANICked before the load): no throughput, no verdict.
+    diagnosis = diagnose([sheet(**{"wait__row_lock": 0.05}), FactSheet(None, None)])
+    assert not diagnosis.findings
+    assert diagnosis.verdict.startswith("Nothing to diagnose"), diagnosis.verdict
 
 
 def test_a_finding_every_variant_shares_ranks_below_a_specific_one() -> None:

@@ -482,6 +482,49 @@ def test_a_full_cluster_disk_fails_the_steps_it_hits_and_keeps_the_summary(
 
 
 @pytest.mark.server
+def test_a_server_panic_before_a_step_ends_with_a_summary(tmp_path: Path) -> None:
+    """The server PANICs in the CHECKPOINT pgscope takes before a step, and in every crash
+    recovery after it, as with a full disk under its WAL: planted as a directory where the
+    checkpointer removes a file (it PANICs on any failure there). The step is failed with the
+    server's PANIC, and the run ends with exit 5 (the server), one line naming the PANIC, a
+    summary, and no server left running."""
+    before = server_processes()
+    work = Path(tempfile.mkdtemp(prefix="panic-", dir=tempfile.gettempdir()))
+    work.chmod(0o1777)  # the server's account makes its cluster in it
+    try:
+        proc = start(
+            [
+                *("run", "scaling", "--clients", "1,2", "--duration", "1", "--scale", "1"),
+                # No --set: a restart for settings would PANIC in its shutdown checkpoint,
+                # before any step (a failed start, exit 5 as well, with no step to record).
+                *("--warmup", "1", "--repeats", "1"),
+                *("--collectors", "activity", "--work-dir", str(work)),
+                *("--results-dir", str(tmp_path)),
+            ]
+        )
+        planted = False
+        deadline = time.monotonic() + 120
+        while not planted and proc.poll() is None and time.monotonic() < deadline:
+            # As soon as the data directory is there: the first checkpoint is step 1's.
+            for logical in work.glob("pgscope-*/data/pg_logical"):
+                (logical / "replorigin_checkpoint.tmp").mkdir()
+                planted = True
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert planted, err
+    assert proc.returncode == 5, err
+    error = one_line_error(subprocess.CompletedProcess([], 5, out, err))
+    assert 'PANIC: could not remove file "pg_logical/replorigin_checkpoint.tmp"' in error, error
+    summary = json.loads((only_run(tmp_path) / "summary.json").read_text())
+    first = summary["steps"][0]
+    assert first["status"] == "failed" and "PANIC" in first["error"], first
+    time.sleep(0.5)
+    assert server_processes() <= before
+
+
+@pytest.mark.server
 def test_a_signal_around_a_steps_end_always_ends_in_a_summary(tmp_path: Path) -> None:
     """SIGINT or SIGTERM at offsets that walk across step 2's end: the last seconds of load,
     the analysis of its transaction log (DuckDB, which turns a signal into its own error),

@@ -288,6 +288,11 @@ def _where_time_goes(sheets: list[FactSheet]) -> str:
 def _verdict(
     findings: list[Finding], sheets: list[FactSheet], weak: bool, symptoms: set[str]
 ) -> str:
+    if not findings and not any(s.value("tps") for s in sheets):
+        return (
+            "Nothing to diagnose: no step measured any throughput (see the run's status and "
+            "the steps' errors)."
+        )
     if not findings:
         return (
             "No bottleneck stands out: no rule found its evidence. The run may be too short "

@@ -4,6 +4,9 @@ started once, failed steps counted, a crashed embedded server restarted."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+
+import psycopg
 
 from pgscope.collect.base import CollectorContext, CollectorEnv, StepInfo
 from pgscope.drive.pgbench import BUILTIN_PRIVILEGES, Workload
@@ -45,48 +48,36 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         say=reporter.phase,
     )
     scripts = tuple(ctx.loaded.scripts())
-    started = False
-    pinned: set[int] | None = None
+    state = _Prepared()
     seconds = math.ceil(spec.warmup + spec.duration)
-    captured: set[str] = set()
     failures = 0
     crashes = 0
     for step in ctx.steps:
-        restarted = False
-        if cluster is not None:
-            restarted = cluster.apply_settings(effective_settings(spec, step.variant))
-            if restarted:
-                store.add_event("restart", f"variant {step.variant}", step.step_id)
-                ctx.servers.wait_standbys()
-                if started:  # collectors not yet started have nothing to re-attach
-                    ctx.collectors.target_restarted()
-        server_cpus, bench_cpus = cpu_split(variant_cpus(spec, step.variant), ctx.cpu_list)
-        if cluster is not None and server_cpus != pinned:
-            cluster.pin(server_cpus)
-            pinned = server_cpus
-            store.add_event(
-                "pin",
-                f"server on CPUs {sorted(server_cpus)}, pgbench on "
-                f"{sorted(bench_cpus) if bench_cpus else 'any'}"
-                if server_cpus
-                else "server unpinned",
-                step.step_id,
-            )
-        elif cluster is not None and restarted and server_cpus:
-            cluster.pin(server_cpus)  # a new postmaster starts unpinned
-        if not started:
-            # After the first variant's settings, so its restart (if any) is no gap.
-            ctx.collectors.start(collector_ctx)
-            started = True
-        if step.variant not in captured:
-            with conn.connect() as session:
-                store.add_settings(step.variant, non_default_settings(session))
-            captured.add(step.variant)
-        if cluster is not None:
-            # Each step starts from a clean checkpoint, so the previous step's dirty pages
-            # are not flushed on this step's time.
-            with conn.connect() as session:
-                session.execute("CHECKPOINT")
+        try:
+            restarted, bench_cpus = _prepare(ctx, step, collector_ctx, state)
+        except TargetError as exc:
+            if cluster is None:
+                raise
+            # Not even a connection after an earlier failure (a server restarting in a loop
+            # after each PANIC): said with the server's own words, the summary kept.
+            complaint = cluster.complaint()
+            raise TargetError(
+                str(exc) if complaint in str(exc) else f"{exc}; server log: {complaint}"
+            ) from None
+        except psycopg.Error as exc:
+            # The server failed before the load (a PANIC in the CHECKPOINT, a crash while
+            # reading settings): the step's fault, recorded, and the run goes on if it can.
+            failures += 1
+            _fail_before_load(ctx, step, exc)
+            if cluster is not None and not cluster.is_alive():
+                crashes += 1
+                _recover(ctx, cluster, step, crashes)
+            elif cluster is None and not ctx.servers.target_alive():
+                raise TargetError(
+                    f"the server became unreachable before step {step.step_id}; pgscope stops "
+                    f"rather than wait for a server it does not own"
+                ) from None
+            continue
         drivers = [ctx.pgbench, *activate_instances(ctx, step)]
         threads = spec.pgbench_threads(step.clients, ctx.cores)
         store.begin_step(
@@ -152,3 +143,81 @@ def _recover(ctx: RunContext, cluster: EmbeddedCluster, step: PlannedStep, crash
     ctx.servers.wait_standbys()
     ctx.store.add_event("server-restarted", "after crash recovery", step.step_id)
     ctx.collectors.target_restarted()
+
+
+@dataclass
+class _Prepared:
+    """What earlier steps' preparation did, for the next one's."""
+
+    started: bool = False  # the collectors
+    pinned: set[int] | None = None  # the server's CPUs
+    captured: set[str] = field(default_factory=set)  # variants whose settings are stored
+
+
+def _prepare(
+    ctx: RunContext, step: PlannedStep, collector_ctx: CollectorContext, state: _Prepared
+) -> tuple[bool, set[int] | None]:
+    """Everything before a step's load: its variant's settings, CPU pinning, collectors
+    started once, settings captured, a checkpoint. Returns whether the server restarted for
+    the settings, and the CPUs for pgbench."""
+    spec, store, conn, cluster = ctx.spec, ctx.store, ctx.pgbench.conn, ctx.servers.cluster
+    restarted = False
+    if cluster is not None:
+        restarted = cluster.apply_settings(effective_settings(spec, step.variant))
+        if restarted:
+            store.add_event("restart", f"variant {step.variant}", step.step_id)
+            ctx.servers.wait_standbys()
+            if state.started:  # collectors not yet started have nothing to re-attach
+                ctx.collectors.target_restarted()
+    server_cpus, bench_cpus = cpu_split(variant_cpus(spec, step.variant), ctx.cpu_list)
+    if cluster is not None and server_cpus != state.pinned:
+        cluster.pin(server_cpus)
+        state.pinned = server_cpus
+        store.add_event(
+            "pin",
+            f"server on CPUs {sorted(server_cpus)}, pgbench on "
+            f"{sorted(bench_cpus) if bench_cpus else 'any'}"
+            if server_cpus
+            else "server unpinned",
+            step.step_id,
+        )
+    elif cluster is not None and restarted and server_cpus:
+        cluster.pin(server_cpus)  # a new postmaster starts unpinned
+    if not state.started:
+        # After the first variant's settings, so its restart (if any) is no gap.
+        ctx.collectors.start(collector_ctx)
+        state.started = True
+    if step.variant not in state.captured:
+        with conn.connect() as session:
+            store.add_settings(step.variant, non_default_settings(session))
+        state.captured.add(step.variant)
+    if cluster is not None:
+        # Each step starts from a clean checkpoint, so the previous step's dirty pages
+        # are not flushed on this step's time.
+        with conn.connect() as session:
+            session.execute("CHECKPOINT")
+    return restarted, bench_cpus
+
+
+def _fail_before_load(ctx: RunContext, step: PlannedStep, exc: psycopg.Error) -> None:
+    """Record `step` as failed before its load began, with the server's own words."""
+    cluster = ctx.servers.cluster
+    lines = str(exc).strip().splitlines()
+    reason = exc.diag.message_primary or (lines[0] if lines else type(exc).__name__)
+    if cluster is not None:
+        reason = f"{reason}; server log: {cluster.complaint()}"
+    error = f"the server failed before the load: {reason}"
+    spec = ctx.spec
+    ctx.store.begin_step(
+        step.step_id,
+        step.variant,
+        step.clients,
+        step.repeat,
+        spec.pgbench_threads(step.clients, ctx.cores),
+        spec.duration,
+        spec.warmup,
+        False,
+    )
+    ctx.store.finish_step(step.step_id, "failed", error, {})
+    ctx.store.add_event("step-failed", error, step.step_id)
+    ctx.reporter.step_finished(step, None, error, "failed")

@@ -45,6 +45,8 @@ from pgscope.target.pgbin import PgBinaries
 SUPERUSER = "postgres"
 _LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+ \S+ \[\d+\] ")  # our log_line_prefix
 START_TIMEOUT_S = 60.0
+# Recovery that PANICs this many times since the start will not get better by waiting.
+CRASH_LOOP_PANICS = 3
 STOP_GRACE_S = 30.0
 # --no-sync: a throw-away cluster needs no durable initdb; it saves seconds per run.
 INITDB_OPTIONS = (
@@ -118,6 +120,7 @@ class EmbeddedCluster:
     _proc: subprocess.Popen[Any] | None = None
     _applied: dict[str, str] = field(default_factory=dict)
     _log_file: Any = None
+    _launched_at: int = 0  # the server log's size when the postmaster was last started
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -294,6 +297,7 @@ class EmbeddedCluster:
         if self._log_file is None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = self.log_path.open("ab")
+        self._launched_at = self.log_path.stat().st_size
         # SIGINT on parent death = fast shutdown: a killed pgscope still stops its server.
         self._proc = spawn(
             [self.pg.path("postgres"), "-D", self.data_dir],
@@ -307,14 +311,28 @@ class EmbeddedCluster:
             raise TargetError(
                 f"PostgreSQL did not start within {START_TIMEOUT_S:.0f}s; see {self.log_path}"
             )
-        if self._proc.poll() is not None:
+        if self._proc.poll() is not None or self._crash_looping():
             raise TargetError(
-                f"PostgreSQL failed to start: {self._log_tail()} (full log: {self.log_path})"
+                f"PostgreSQL failed to start: {self.complaint()} (full log: {self.log_path})"
             )
+
+    def _panics(self) -> int:
+        """PANICs in the server log since the postmaster was last started."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._launched_at)
+                return log.read().count(b"PANIC:")
+        except OSError:
+            return 0
+
+    def _crash_looping(self) -> bool:
+        """The postmaster lives, but its recovery PANICs again and again (a full disk, a
+        file it cannot replace): it would never be ready."""
+        return self._panics() >= CRASH_LOOP_PANICS
 
     def _ready_or_dead(self) -> bool:
         assert self._proc is not None
-        if self._proc.poll() is not None:
+        if self._proc.poll() is not None or self._crash_looping():
             return True
         try:
             lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
@@ -329,9 +347,9 @@ class EmbeddedCluster:
             and lines[7].strip() in ("ready", "standby")
         )
 
-    def _log_tail(self) -> str:
-        """The server's own words for why it stopped: the first complaint (e.g. the bad
-        setting) and the final FATAL, without their timestamp prefixes."""
+    def complaint(self) -> str:
+        """The server's own words for why it stopped: its last PANIC, else the first complaint
+        (e.g. the bad setting) and the final FATAL, without their timestamp prefixes."""
         try:
             lines = self.log_path.read_text(errors="replace").strip().splitlines()
         except OSError:
@@ -345,6 +363,9 @@ class EmbeddedCluster:
             "could not",
         )
         important = [_LOG_PREFIX.sub("", ln) for ln in lines if any(m in ln for m in markers)]
+        panics = [ln for ln in important if "PANIC" in ln]
+        if panics:  # a crash: its cause, not a session's complaint before it
+            return panics[-1]
         if not important:
             return _LOG_PREFIX.sub("", lines[-1]) if lines else "no server log"
         first, last = important[0], important[-1]
@@ -358,7 +379,7 @@ class EmbeddedCluster:
         if code is None:
             return "running"
         how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
-        return f"{how}; {self._log_tail()}"
+        return f"{how}; {self.complaint()}"
 
     def is_alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -369,7 +390,9 @@ class EmbeddedCluster:
             return
         proc, self._proc = self._proc, None
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+            # A server that PANICked may be recovering in a loop, which waits out a fast
+            # shutdown's grace: it gets an immediate one (its WAL is replayed at next start).
+            proc.send_signal(signal.SIGQUIT if self._panics() else signal.SIGINT)
             try:
                 proc.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
