@@ -208,7 +208,7 @@ def checkpoint_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             *("--clients", "2", "--warmup", "3", "--duration", "33"),
             *("--init-sql", str(schema), "--set", f"pgscope.define.rows={CHECKPOINT_ROWS}"),
             # usdt where it can run: the checkpoint's phases (write, sync) are evidence too.
-            *("--collectors", "activity,pgstats,host,usdt"),
+            *("--collectors", "activity,pgstats,host,usdt,waldevice"),
         )
     doc["planted"] = why_not is None
     doc["why_not_planted"] = why_not
