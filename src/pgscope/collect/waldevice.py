@@ -10,12 +10,14 @@ full, and neither a cloud volume's bandwidth cap nor a cgroup's I/O limit shows 
 How: one session asks the server itself to write WAL, so the measurement takes the server's
 own path (its WAL device, wal_sync_method, and any I/O limit on its processes): 1 MiB
 transactional logical-decoding messages (pg_logical_emit_message), each committed and so
-flushed, until 32 MiB or 0.5 s; then 20 one-byte ones, each a commit's flush alone. The
+flushed, until 32 MiB or 0.5 s of them are timed (a commit that enters a new WAL segment is
+not: it also creates the segment, which a load on recycled segments does not pay); then 20
+one-byte ones, each a commit's flush alone. The
 messages are WAL records only: no table changes, nothing replays them on a cluster without
 logical decoding.
 
-What it costs: up to 33 MiB of WAL once per run, 0.1-0.6 s before the first step (more on a
-device slower than 64 MB/s). Only on clusters pgscope starts: it writes WAL.
+What it costs: up to 36 MiB of WAL once per run, 0.1-0.6 s before the first step (up to 3 s
+on a device slower than 64 MB/s). Only on clusters pgscope starts: it writes WAL.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ MAX_SECONDS = 0.5
 FLUSHES = 20
 # One commit slower than this: the device is too slow to measure in the time a probe may take.
 TIMEOUT = "5s"
-EMIT = "SELECT pg_logical_emit_message(true, 'pgscope-wal-probe', %s) IS NOT NULL"
+EMIT = "SELECT pg_logical_emit_message(true, 'pgscope-wal-probe', %s)::text"
 
 
 @dataclass(frozen=True)
@@ -68,24 +70,46 @@ class Probe:
     flush_seconds: float
 
 
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
 def probe(session: psycopg.Connection[Any]) -> Probe:
     """Time WAL written and flushed by the server on `session` (autocommit)."""
     session.execute(f"SET statement_timeout = '{TIMEOUT}'")
+    row = session.execute("SELECT pg_size_bytes(current_setting('wal_segment_size'))").fetchone()
+    segment = int(row[0]) if row else 16 << 20
     chunk = "x" * CHUNK  # WAL records are not compressed: any bytes will do
-    session.execute(EMIT, [chunk])  # the first one may create a WAL segment: not timed
+
+    def emit(payload: str) -> int:
+        row = session.execute(EMIT, [payload]).fetchone()
+        return _lsn(str(row[0])) if row else 0
+
+    # A commit whose WAL enters a new segment also pays for creating it (16 MB written as
+    # zeros, on a young cluster), which a load on recycled segments does not: not timed.
+    end = emit(chunk)
     written = 0
-    elapsed = 0.0
+    timed = 0.0
     began = time.perf_counter()
-    while written < MAX_BYTES and elapsed < MAX_SECONDS:
-        session.execute(EMIT, [chunk])
-        written += CHUNK
-        elapsed = time.perf_counter() - began
+    while (
+        written < MAX_BYTES
+        and timed < MAX_SECONDS
+        and time.perf_counter() - began < 6 * MAX_SECONDS
+    ):
+        start = time.perf_counter()
+        previous, end = end, emit(chunk)
+        if previous // segment == end // segment:
+            written += CHUNK
+            timed += time.perf_counter() - start
     flushes = []
     for _ in range(FLUSHES):
-        began = time.perf_counter()
-        session.execute(EMIT, ["x"])
-        flushes.append(time.perf_counter() - began)
-    return Probe(written / elapsed, written, elapsed, statistics.median(flushes))
+        start = time.perf_counter()
+        emit("x")
+        flushes.append(time.perf_counter() - start)
+    if not written:
+        raise CollectorError("the WAL device took no 1 MiB commit within a segment in 3 s")
+    return Probe(written / timed, written, timed, statistics.median(flushes))
 
 
 def _device(data_dir: Path | None) -> tuple[str | None, str | None]:
