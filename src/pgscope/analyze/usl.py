@@ -390,8 +390,40 @@ def _bootstrap(
     }
 
 
+# Header names `read_csv` recognises when a file has more than two columns (any two-column
+# file is read as clients then throughput, whatever its header says). `fit usl --help` lists them.
+CLIENTS_COLUMNS = ("clients", "client", "concurrency", "connections", "threads", "users", "n")
+THROUGHPUT_COLUMNS = ("throughput", "tps", "qps", "ops", "rate", "x")
+
+
+def _numbers(row: list[str]) -> bool:
+    try:
+        for cell in row:
+            float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _columns(path: str, header: list[str]) -> tuple[int, int]:
+    """Which columns hold clients and throughput, from a header row."""
+    named = [h.strip().lower() for h in header]
+    clients = next((named.index(n) for n in CLIENTS_COLUMNS if n in named), None)
+    throughput = next((named.index(n) for n in THROUGHPUT_COLUMNS if n in named), None)
+    if clients is not None and throughput is not None:
+        return clients, throughput
+    if len(named) == 2:
+        return 0, 1
+    raise InputFileError(
+        f"{path}:1: cannot tell which columns are clients and throughput in "
+        f"{','.join(header)!r}; name them (clients: {', '.join(CLIENTS_COLUMNS)}; "
+        f"throughput: {', '.join(THROUGHPUT_COLUMNS)}) or give just the two columns"
+    )
+
+
 def read_csv(path: str) -> tuple[list[float], list[float]]:
-    """Read `clients,throughput` measurements; errors name the file and line."""
+    """Read clients and throughput measurements: two numeric columns with or without a
+    header row, or named columns among others; errors name the file and line."""
     import csv
 
     try:
@@ -400,23 +432,20 @@ def read_csv(path: str) -> tuple[list[float], list[float]]:
         raise InputFileError(f"{path}: cannot read: {exc.strerror}") from None
     with handle:
         reader = csv.reader(handle)
-        try:
-            header = [h.strip().lower() for h in next(reader)]
-        except StopIteration:
-            raise InputFileError(f"{path}: empty file") from None
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise InputFileError(f"{path}: not a CSV file: {exc}") from None
-        if "clients" not in header or "throughput" not in header:
-            raise InputFileError(
-                f"{path}:1: expected columns 'clients,throughput', got {','.join(header)!r}"
-            )
-        ci, ti = header.index("clients"), header.index("throughput")
-        clients, throughput = [], []
+        clients: list[float] = []
+        throughput: list[float] = []
+        columns: tuple[int, int] | None = None
         try:
             for row in reader:
                 if not row or all(not c.strip() for c in row):
                     continue
                 line = reader.line_num
+                if columns is None:
+                    if not _numbers(row):
+                        columns = _columns(path, row)
+                        continue
+                    columns = (0, 1)  # no header: the first two columns
+                ci, ti = columns
                 try:
                     c, t = float(row[ci]), float(row[ti])
                 except (ValueError, IndexError):
@@ -432,4 +461,6 @@ def read_csv(path: str) -> tuple[list[float], list[float]]:
                 throughput.append(t)
         except (UnicodeDecodeError, csv.Error) as exc:
             raise InputFileError(f"{path}: not a CSV file: {exc}") from None
+    if columns is None:
+        raise InputFileError(f"{path}: empty file")
     return clients, throughput

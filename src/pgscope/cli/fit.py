@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from pgscope.analyze.usl import CLIENTS_COLUMNS, THROUGHPUT_COLUMNS
 from pgscope.cli.app import fit_app, out_console, print_json
 from pgscope.errors import UsageError
 
@@ -15,7 +16,13 @@ from pgscope.errors import UsageError
 def fit_usl_command(
     csv_file: Annotated[
         Path,
-        typer.Argument(metavar="FILE.csv", help="Measurements with columns clients,throughput."),
+        typer.Argument(
+            metavar="FILE.csv",
+            help="Measurements: two numeric columns, clients then throughput, with or without "
+            "a header row (1,955.2). Among more columns, the header names them: clients as "
+            f"one of {', '.join(CLIENTS_COLUMNS)}; throughput as one of "
+            f"{', '.join(THROUGHPUT_COLUMNS)}.",
+        ),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit as JSON.")] = False,
     bootstrap: Annotated[
