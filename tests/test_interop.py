@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,3 +66,28 @@ def test_a_closed_stdout_ends_quietly_with_0(command: list[str], tmp_path: Path)
     result = _into_closed_pipe(*args)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+
+
+def test_recipes_json_lists_every_recipe_and_shows_one_spec() -> None:
+    from pgscope.spec import load_spec, recipe_names
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "pgscope", "recipes", "--json"], capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)
+    assert [e["name"] for e in entries] == recipe_names()
+    for entry in entries:
+        assert entry["summary"] and Path(entry["path"]).is_file()
+    shown = subprocess.run(
+        [sys.executable, "-m", "pgscope", "recipes", "scaling", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert document["name"] == "scaling"
+    spec = load_spec("scaling").spec
+    assert document["spec"]["workload"] == spec.workload
+    assert document["spec"]["repeats"] == spec.repeats
+    assert "quick" in document["spec"]
