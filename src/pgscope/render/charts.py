@@ -12,6 +12,7 @@ from plotly.subplots import make_subplots
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.timeline import Series
+from pgscope.words import n_clients
 
 PALETTE = [
     "#2563eb",
@@ -180,7 +181,7 @@ def variants(result: RunAnalysis) -> dict[str, Any] | None:
             go.Bar(
                 x=[c.variant for c in mine],
                 y=[c.tps_mean for c in mine],
-                name=f"{clients} clients",
+                name=n_clients(clients),
                 marker={"color": _colour(i)},
                 error_y=_interval_bars(mine),
             )

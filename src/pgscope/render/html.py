@@ -21,15 +21,18 @@ from pgscope.render import charts
 from pgscope.render.console import step_problem
 from pgscope.render.flame import flame_page
 from pgscope.render.variants import evidence_table
+from pgscope.words import n_clients
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("pgscope.render", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    environment.filters["n_clients"] = n_clients
+    return environment
 
 
 def _missing(analysis: RunAnalysis, name: str, purpose: str) -> str:
