@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pgscope.words import counted, n_clients
+from pgscope.words import counted, n_clients, plain
 from tests.conftest import pgscope
 from tests.stores import measured_run
 
@@ -59,3 +60,66 @@ def test_a_run_at_one_client_says_1_client(tmp_path: Path) -> None:
     assert html.returncode == 0, html.stderr
     for text in (document.stdout, (run / "report.html").read_text()):
         assert not re.search(r"\b1 clients\b", text)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (30260.3, "30,260"),
+        (995.649, "995.6"),
+        (0.0267159, "0.02672"),
+        (0.000769094, "0.0007691"),
+        (7.69e-05, "0.0000769"),
+        (9.99996, "10"),
+        (-0.5, "-0.5"),
+        (0.0, "0"),
+    ],
+)
+def test_plain_numbers_have_no_exponent(value: float, expected: str) -> None:
+    assert plain(value) == expected
+
+
+EXPONENT = re.compile(r"\d[eE][+-]?\d")
+
+
+def _big_sweep(tmp_path: Path) -> Path:
+    """A USL curve with λ = 30,260 tps per client, the size that printed as 3.026e+04."""
+    lam, sigma, kappa = 30260.0, 0.05, 0.002
+    rows = [
+        f"{n},{lam * n / (1 + sigma * (n - 1) + kappa * n * (n - 1)):.1f}" for n in range(1, 33)
+    ]
+    path = tmp_path / "big.csv"
+    path.write_text("clients,tps\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_the_usl_fit_prints_plain_numbers(tmp_path: Path) -> None:
+    result = pgscope("fit", "usl", str(_big_sweep(tmp_path)), "--bootstrap", "40")
+    assert result.returncode == 0, result.stderr
+    assert "λ=30,260 tps per client" in result.stdout
+    assert not EXPONENT.search(result.stdout), result.stdout
+
+
+def test_kappa_is_a_coefficient_not_a_percent(tmp_path: Path) -> None:
+    from pgscope.analyze.load import load_analysis
+
+    peaked = [(1, 1000.0), (2, 1800.0), (4, 2900.0), (8, 3300.0), (16, 2600.0), (32, 1700.0)]
+    run = measured_run(tmp_path / "20261124-000000-scaling-0000", peaked * 2)
+    analysis = load_analysis(run, bootstrap=0)
+    peak = next(s for s in analysis.facts if s.variant == "base" and s.peak)
+    kappa = peak.facts["usl.kappa"]
+    assert kappa.unit == "coefficient" and 0 < kappa.value < 0.1
+    assert "%" not in kappa.shown() and float(kappa.shown()) == pytest.approx(kappa.value, 0.01)
+    chart_names = [
+        trace.get("name", "")
+        for figure in _charts(analysis)
+        for trace in figure["data"]
+        if "USL" in trace.get("name", "")
+    ]
+    assert chart_names and not any(EXPONENT.search(n) for n in chart_names), chart_names
+
+
+def _charts(analysis: Any) -> list[dict[str, Any]]:
+    from pgscope.render import charts
+
+    return [f for f in (charts.scalability(analysis),) if f is not None]

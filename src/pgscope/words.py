@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def counted(n: float, noun: str, plural: str | None = None) -> str:
     """`n` and the noun that agrees with it; a whole float shows without its ".0"."""
@@ -12,3 +14,18 @@ def counted(n: float, noun: str, plural: str | None = None) -> str:
 def n_clients(n: float | None) -> str:
     """None is the run's own fact sheet, which spans every cell."""
     return "every client count" if n is None else counted(n, "client")
+
+
+def plain(value: float, digits: int = 4) -> str:
+    """`value` to `digits` significant digits as people write numbers: never an exponent
+    (30,260, not 3.026e+04; 0.0007691, not 7.691e-04), thousands separated, no trailing
+    zeros."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = max(0, digits - 1 - magnitude)
+    rounded = round(value, decimals)
+    if rounded and math.floor(math.log10(abs(rounded))) > magnitude:  # 9.9996 -> 10.00
+        decimals = max(0, decimals - 1)
+    shown = f"{value:,.{decimals}f}"
+    return shown.rstrip("0").rstrip(".") if "." in shown else shown

@@ -175,7 +175,7 @@ def _scaling_facts(
     fit = analysis.scalability.fits.get(variant)
     if fit is not None:
         sheet.add("usl.sigma", fit.sigma, "share", "usl", "USL contention σ (serialised share)")
-        sheet.add("usl.kappa", fit.kappa, "share", "usl", "USL coherency κ")
+        sheet.add("usl.kappa", fit.kappa, "coefficient", "usl", "USL coherency κ")
         if fit.n_star is not None:
             sheet.add("usl.n_star", fit.n_star, "clients", "usl", "USL peak N*")
 

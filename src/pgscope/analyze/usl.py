@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pgscope.errors import InputFileError
+from pgscope.words import plain
 
 MIN_POINTS_FOR_CONFIDENCE = 6  # distinct client counts below which we warn
 BOOTSTRAP_DRAWS = 500
@@ -101,7 +102,7 @@ class UslFit:
                 for key, symbol in (("sigma", "σ"), ("kappa", "κ"))
                 if key in chosen
             )
-            + f"{', ' if len(chosen) > 1 else ''}λ={chosen['lambda']:,.4g} tps per client"
+            + f"{', ' if len(chosen) > 1 else ''}λ={plain(chosen['lambda'])} tps per client"
         )
         if self.best_model == "linear":
             linear_r2 = self.models["linear"].r_squared
@@ -161,7 +162,7 @@ class UslFit:
 
 
 def _g(value: float) -> str:
-    return "0" if value == 0 else f"{value:.4g}"
+    return plain(value)
 
 
 def _aic(rss: float, n: int, k: int) -> float:

@@ -10,6 +10,7 @@ import typer
 from pgscope.analyze.usl import CLIENTS_COLUMNS, THROUGHPUT_COLUMNS
 from pgscope.cli.app import fit_app, out_console, print_json
 from pgscope.errors import UsageError
+from pgscope.words import plain
 
 
 @fit_app.command("usl")
@@ -54,9 +55,9 @@ def fit_usl_command(
     ):
         name = {"λ": "lambda", "σ": "sigma", "κ": "kappa", "N*": "n_star", "X(N*)": "x_max"}[key]
         ci = fit.ci.get(name)
-        shown = "-" if value is None else f"{value:.6g}"
+        shown = "-" if value is None else plain(value, 6)
         out.print(
-            f"  {key:<6} {shown:>12}" + (f"   95% CI {ci[0]:.4g} – {ci[1]:.4g}" if ci else "")
+            f"  {key:<6} {shown:>12}" + (f"   95% CI {plain(ci[0])} – {plain(ci[1])}" if ci else "")
         )
     out.print(f"  R²     {fit.r_squared:>12.4f}   CI method: {fit.ci_method}")
     aics = ", ".join(f"{n} {m.aic:.1f}" for n, m in fit.models.items())

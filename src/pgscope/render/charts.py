@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.timeline import Series
-from pgscope.words import n_clients
+from pgscope.words import n_clients, plain
 
 PALETTE = [
     "#2563eb",
@@ -133,7 +133,7 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 mode="lines",
                 line={"color": colour, "dash": "dash"},
                 legendgroup=variant,
-                name=f"{variant}: USL σ={fit.sigma:.3g} κ={fit.kappa:.3g}",
+                name=f"{variant}: USL σ={plain(fit.sigma, 3)} κ={plain(fit.kappa, 3)}",
             )
         )
         if fit.n_star is not None and fit.n_star <= 2 * top:
