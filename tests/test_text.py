@@ -123,3 +123,15 @@ def _charts(analysis: Any) -> list[dict[str, Any]]:
     from pgscope.render import charts
 
     return [f for f in (charts.scalability(analysis),) if f is not None]
+
+
+def test_summary_txt_has_whole_paragraphs_and_no_trailing_spaces(tmp_path: Path) -> None:
+    run = measured_run(tmp_path / "20261124-000000-scaling-0000", SWEEP)
+    result = pgscope("report", str(run), "--format", "html")  # writes the run folder's files
+    assert result.returncode == 0, result.stderr
+    text = (run / "summary.txt").read_text()
+    lines = text.splitlines()
+    assert [ln for ln in lines if ln != ln.rstrip()] == []
+    verdict = next(ln for ln in lines if ln.startswith("verdict: "))
+    assert len(verdict) > 110  # one line, as long as the paragraph: the reader's pager wraps
+    assert verdict.endswith("the collectors that would see the cause were off.")
