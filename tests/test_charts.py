@@ -4,6 +4,9 @@ server."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pgscope.analyze.usdt import Bucket, LatencySummary
 from pgscope.render import charts
 
@@ -32,3 +35,21 @@ def test_lwlock_buckets_are_in_numeric_order_and_counts_tick_at_whole_numbers() 
     assert counts["type"] == "log" and counts["tickmode"] == "array"
     assert all(float(t).is_integer() for t in counts["tickvals"]), counts["tickvals"]
     assert {1, 2}.issubset(counts["tickvals"])  # counts 1 to 3: not plotly's 1.5 and 2.5
+
+
+def _analysis(tmp_path: Path, cells: list[tuple[int, float]]) -> Any:
+    from pgscope.analyze.load import load_analysis
+    from tests.stores import measured_run
+
+    return load_analysis(
+        measured_run(tmp_path / "20261124-000000-scaling-0000", cells), bootstrap=0
+    )
+
+
+def test_the_clients_axis_ticks_at_the_measured_counts_only(tmp_path: Path) -> None:
+    analysis = _analysis(tmp_path, [(1, 100.0), (2, 190.0), (1, 102.0), (2, 185.0)])
+    for figure in (charts.scalability(analysis), charts.latency(analysis)):
+        assert figure is not None
+        axis = figure["layout"]["xaxis"]
+        assert axis["title"]["text"] == "clients"
+        assert axis["tickmode"] == "array" and list(axis["tickvals"]) == [1, 2]
