@@ -53,3 +53,28 @@ def test_the_clients_axis_ticks_at_the_measured_counts_only(tmp_path: Path) -> N
         axis = figure["layout"]["xaxis"]
         assert axis["title"]["text"] == "clients"
         assert axis["tickmode"] == "array" and list(axis["tickvals"]) == [1, 2]
+
+
+GOOD = [(1, 100.0), (2, 190.0), (4, 340.0), (8, 500.0), (16, 560.0)]
+# Throughput that jumps around the client counts: no curve explains it.
+NOISY = [(1, 400.0), (2, 120.0), (4, 520.0), (8, 150.0), (16, 450.0)]
+
+
+def _usl_trace(figure: dict[str, Any]) -> str:
+    names = [t["name"] for t in figure["data"] if "USL σ" in t.get("name", "")]
+    assert len(names) == 1, names
+    return str(names[0])
+
+
+def test_the_usl_fit_is_shown_with_its_goodness(tmp_path: Path) -> None:
+    for cells, poor in ((GOOD, False), (NOISY, True)):
+        analysis = _analysis(tmp_path / str(poor), cells * 2)
+        fit = analysis.scalability.fits["base"]
+        assert (fit.r_squared < 0.8) is poor, fit.r_squared
+        figure = charts.scalability(analysis)
+        assert figure is not None
+        legend = _usl_trace(figure)
+        assert f"R²={fit.r_squared:.2f}" in legend
+        assert ("poor fit" in legend) is poor
+        words = fit.describe()
+        assert "R²=" in words and ("poor fit" in words) is poor

@@ -107,12 +107,12 @@ class UslFit:
         if self.best_model == "linear":
             linear_r2 = self.models["linear"].r_squared
             if linear_r2 >= 0.9:
-                text = f"scales linearly over the measured range (linear model R²={linear_r2:.2f})"
+                text = "scales linearly over the measured range"
             else:
                 text = (
-                    f"no model fits well: AIC prefers the linear model but it explains little "
-                    f"(R²={linear_r2:.2f}); the points are too few or too irregular for the "
-                    f"USL's terms; add client counts or repeats"
+                    "no model fits well: AIC prefers the linear model but it explains little; "
+                    "the points are too few or too irregular for the USL's terms; add client "
+                    "counts or repeats"
                 )
         elif self.best_model == "amdahl" or self.n_star is None:
             amdahl = self.models["amdahl"].params
@@ -138,7 +138,8 @@ class UslFit:
                 f"throughput peaks at N*≈{self.n_star:.1f} clients "
                 f"(≈{self.x_max or 0:,.0f} tps) and falls beyond it; {major} dominates there"
             )
-        return f"{text} ({self.best_model}: {params})"
+        goodness = goodness_of_fit(self.models[self.best_model].r_squared)
+        return f"{text} ({self.best_model}: {params}; {goodness})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -159,6 +160,16 @@ class UslFit:
             "summary": self.describe(),
             "warnings": self.warnings,
         }
+
+
+# Below this share of the variance explained, a fit's σ, κ and N* describe the model more than
+# the measurements: said beside it wherever it is shown.
+POOR_FIT_R2 = 0.8
+
+
+def goodness_of_fit(r_squared: float) -> str:
+    """R² as shown beside a fit: "R²=0.97", or "R²=0.55, poor fit"."""
+    return f"R²={r_squared:.2f}" + (", poor fit" if r_squared < POOR_FIT_R2 else "")
 
 
 def _g(value: float) -> str:

@@ -12,6 +12,7 @@ from plotly.subplots import make_subplots
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.timeline import Series
+from pgscope.analyze.usl import goodness_of_fit
 from pgscope.words import n_clients, plain
 
 PALETTE = [
@@ -133,7 +134,8 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 mode="lines",
                 line={"color": colour, "dash": "dash"},
                 legendgroup=variant,
-                name=f"{variant}: USL σ={plain(fit.sigma, 3)} κ={plain(fit.kappa, 3)}",
+                name=f"{variant}: USL σ={plain(fit.sigma, 3)} κ={plain(fit.kappa, 3)} "
+                f"({goodness_of_fit(fit.r_squared)})",
             )
         )
         if fit.n_star is not None and fit.n_star <= 2 * top:
