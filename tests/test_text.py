@@ -135,3 +135,22 @@ def test_summary_txt_has_whole_paragraphs_and_no_trailing_spaces(tmp_path: Path)
     verdict = next(ln for ln in lines if ln.startswith("verdict: "))
     assert len(verdict) > 110  # one line, as long as the paragraph: the reader's pager wraps
     assert verdict.endswith("the collectors that would see the cause were off.")
+
+
+def test_sizes_are_in_human_units(tmp_path: Path) -> None:
+    from pgscope.words import human_bytes
+
+    assert [human_bytes(n) for n in (100, 1536, 25276510208, 5 * 2**40)] == [
+        "100 B",
+        "1.5 KiB",
+        "23.5 GiB",
+        "5 TiB",
+    ]
+    run = measured_run(tmp_path / "20261124-000000-scaling-0000", SWEEP)  # 25276510208 bytes
+    html = pgscope("report", str(run), "--format", "html")
+    assert html.returncode == 0, html.stderr
+    page = (run / "report.html").read_text()
+    assert "<tr><th>memory</th><td>23.5 GiB</td></tr>" in page
+    text = pgscope("report", str(run))
+    for shown in (page, text.stdout, (run / "summary.txt").read_text()):
+        assert "25276510208" not in shown and "23.5 GiB" in shown

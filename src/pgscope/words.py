@@ -29,3 +29,12 @@ def plain(value: float, digits: int = 4) -> str:
         decimals = max(0, decimals - 1)
     shown = f"{value:,.{decimals}f}"
     return shown.rstrip("0").rstrip(".") if "." in shown else shown
+
+
+def human_bytes(n: float) -> str:
+    """A size in binary units to 3 significant digits: 25276510208 is "23.5 GiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1000 or unit == "TiB":  # 1,000 to 1,023 read better as 0.98 of the next
+            return f"{plain(n, 3)} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
