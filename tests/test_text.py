@@ -154,3 +154,18 @@ def test_sizes_are_in_human_units(tmp_path: Path) -> None:
     text = pgscope("report", str(run))
     for shown in (page, text.stdout, (run / "summary.txt").read_text()):
         assert "25276510208" not in shown and "23.5 GiB" in shown
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "expected"),
+    [
+        (1500.0, "µs", "1,500 µs"),  # was 1.5e+03 µs
+        (2_500_000.0, "ms", "2,500 s"),  # was 2.5e+03 s
+        (0.25, "ms", "0.25 ms"),
+        (0.0123, "coefficient", "0.0123"),
+    ],
+)
+def test_a_facts_value_is_a_plain_number(value: float, unit: str, expected: str) -> None:
+    from pgscope.analyze.model import Fact
+
+    assert Fact("x", value, unit, "planted", "planted").shown() == expected

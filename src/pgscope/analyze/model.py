@@ -70,8 +70,8 @@ class Fact:
         if self.unit == "coefficient":  # a model's term, not a fraction of anything
             return plain(v, 3)
         if self.unit == "ms" and v >= 1000:
-            return f"{v / 1000:.3g} s"
-        return f"{v:.3g} {self.unit}"
+            return f"{plain(v / 1000, 3)} s"
+        return f"{plain(v, 3)} {self.unit}"
 
 
 @dataclass

@@ -316,7 +316,7 @@ def fit_usl(
         )
     if free[1] < 0:
         warnings.append(
-            f"superlinear artefact: the unbounded fit gives σ={free[1]:.4g} < 0: throughput "
+            f"superlinear artefact: the unbounded fit gives σ={plain(free[1])} < 0: throughput "
             f"per client grows with N, so the low-N points are held back by something else "
             f"(e.g. wake-up latency of idle CPUs, common in VMs, or caches warming up); "
             f"σ is held at 0"

@@ -21,7 +21,7 @@ from pgscope.analyze.statements import (
     StatementStep,
     TableStep,
 )
-from pgscope.words import n_clients
+from pgscope.words import n_clients, plain
 
 # A statement touching this many blocks (8 kB) per row it returns reads far more than it
 # gives: a lookup by index touches 3-5 (the tree's levels and the heap page).
@@ -259,7 +259,7 @@ def _table_facts(
                     "count",
                     SOURCE,
                     f"rows of {rel} read by sequential scans per transaction "
-                    f"({t['seq_scan'] / xacts:.2g} scans per transaction)",
+                    f"({plain(t['seq_scan'] / xacts, 2)} scans per transaction)",
                 )
     _dead_row_facts(sheet, tables, n)
     _index_write_facts(sheet, tables, n)
