@@ -79,9 +79,7 @@ def test_too_few_clients_for_the_instances(tmp_path: Path) -> None:
     spec.write_text(SPEC.replace("clients = [2, 4]", "clients = [1, 2]"))
     result = pgscope("run", str(spec), "--results-dir", str(tmp_path / "r"))
     assert result.returncode == 3
-    assert "splits the load over 2 instances but a step has only 1 clients" in one_line_error(
-        result
-    )
+    assert "splits the load over 2 instances but a step has only 1 client" in one_line_error(result)
 
 
 @pytest.mark.server

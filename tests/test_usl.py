@@ -92,9 +92,27 @@ def test_needs_three_client_counts() -> None:
 
 
 @pytest.mark.parametrize(
+    "content",
+    [
+        "clients,throughput\n1,100\n2,190\n4,340\n8,500\n",
+        "clients,tps\n1,100\n2,190\n4,340\n8,500\n",
+        "N,X(N)\n1,100\n2,190\n4,340\n8,500\n",  # any header on two columns
+        "1,100\n2,190\n4,340\n8,500\n",  # no header
+        "1, 100\r\n\r\n2,190\r\n4,340\r\n8,500\r\n",  # spaces, CRLF, a blank line
+        "date,tps,threads\n1,100,1\n1,190,2\n1,340,4\n1,500,8\n",  # named among others
+    ],
+)
+def test_csv_shapes_that_mean_clients_then_throughput(tmp_path, content: str) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text(content, newline="")
+    assert read_csv(str(path)) == ([1, 2, 4, 8], [100, 190, 340, 500])
+
+
+@pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("n,x\n1,2\n", "expected columns 'clients,throughput'"),
+        ("clients,when,value\n1,2,3\n", "cannot tell which columns are clients and throughput"),
+        ("clients,throughput\n", "at least 3 distinct client counts"),
         ("clients,throughput\n1,10\n2,abc\n", ":3: expected two numbers"),
         ("clients,throughput\n0,10\n", ":2: clients must be >= 1"),
         ("", "empty file"),

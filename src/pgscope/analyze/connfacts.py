@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 
 from pgscope.analyze.model import FactSheet, RunAnalysis, Step
+from pgscope.words import n_clients
 
 SOURCE = "pgbench"
 
@@ -37,14 +38,14 @@ def connection_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: i
             connecting,
             "ms",
             SOURCE,
-            f"connection time per transaction, {how}, at {n} clients",
+            f"connection time per transaction, {how}, at {n_clients(n)}",
         )
         sheet.add(
             "conn.time_share",
             statistics.fmean(c / (c + lat) if c + lat > 0 else 0.0 for c, lat in timed),
             "share",
             SOURCE,
-            f"clients' time spent connecting, {how}, at {n} clients",
+            f"clients' time spent connecting, {how}, at {n_clients(n)}",
         )
     _server_facts(sheet, analysis, variant, n)
     _cpu_facts(sheet, analysis, variant, n, steps)
@@ -60,7 +61,7 @@ def _server_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int)
             "ratio",
             "pgstats",
             f"sessions the server started per transaction (pg_stat_database.sessions) at "
-            f"{n} clients",
+            f"{n_clients(n)}",
         )
     lifetimes = [v for c in counted if (v := c.mean_session_ms) is not None]
     if lifetimes:
@@ -70,7 +71,7 @@ def _server_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int)
             "ms",
             "pgstats",
             f"session time per session started (pg_stat_database.session_time / sessions) "
-            f"at {n} clients",
+            f"at {n_clients(n)}",
         )
 
 
@@ -93,5 +94,5 @@ def _cpu_facts(
             "ms",
             "host",
             f"the server's CPU time per transaction (backends, and the postmaster forking "
-            f"them) at {n} clients",
+            f"them) at {n_clients(n)}",
         )

@@ -25,6 +25,7 @@ from typing import Any
 
 from pgscope.analyze.absence import Absence
 from pgscope.analyze.model import Diagnosis, Fact, FactSheet, Finding, NotAssessed
+from pgscope.words import n_clients
 
 __all__ = ["Diagnosis", "Finding", "NotAssessed", "Rule", "diagnose", "evaluate", "load_rules"]
 
@@ -299,7 +300,7 @@ def _verdict(
             "or too quiet, or the collectors that would see the cause were off."
         )
     top = findings[0]
-    where = f" ({top.variant}, {top.clients} clients)" if top.variant else ""
+    where = f" ({top.variant}, {n_clients(top.clients)})" if top.variant else ""
     numbers = "; ".join(f"{f.label}: {f.shown()}" for f in top.evidence[:2])
     sheet = next(
         (
@@ -313,9 +314,9 @@ def _verdict(
     if sheet is not None:
         best, tps = sheet.value("scaling.best_clients"), sheet.value("tps")
         if best is not None and sheet.clients and best < sheet.clients:
-            opening = f"Throughput stops growing at {best:.0f} clients. "
+            opening = f"Throughput stops growing at {n_clients(best)}. "
         elif tps is not None and sheet.clients:
-            opening = f"{tps:,.0f} tps at {sheet.clients} clients. "
+            opening = f"{tps:,.0f} tps at {n_clients(sheet.clients)}. "
     if weak:
         return (
             f'{opening}The evidence is weak: the strongest signal is "{top.title}"{where} '

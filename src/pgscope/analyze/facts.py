@@ -24,6 +24,7 @@ from pgscope.analyze.spinfacts import hot_spot_facts
 from pgscope.analyze.usdt import LatencySummary
 from pgscope.analyze.waits import Profile
 from pgscope.analyze.workfacts import work_facts
+from pgscope.words import n_clients
 
 __all__ = ["Fact", "FactSheet", "extract"]
 
@@ -113,8 +114,8 @@ def _cell_sheet(
 ) -> FactSheet:
     n = cell.clients
     sheet = FactSheet(variant, n, peak=peak)
-    sheet.add("tps", cell.tps_mean, "tps", "pgbench", f"mean tps at {n} clients")
-    sheet.add("p95_ms", cell.p95_ms, "ms", "pgbench", f"p95 latency at {n} clients")
+    sheet.add("tps", cell.tps_mean, "tps", "pgbench", f"mean tps at {n_clients(n)}")
+    sheet.add("p95_ms", cell.p95_ms, "ms", "pgbench", f"p95 latency at {n_clients(n)}")
     sheet.add(
         "clients",
         n,
@@ -153,7 +154,7 @@ def _scaling_facts(
             high.tps_mean / (per_client_low * high.clients),
             "share",
             "pgbench",
-            f"tps at {high.clients} clients as a share of {high.clients}× "
+            f"tps at {n_clients(high.clients)} as a share of {high.clients}× "
             f"the per-client tps at {low.clients}",
         )
         best = max(cells, key=lambda c: c.tps_mean or 0.0)
@@ -169,12 +170,12 @@ def _scaling_facts(
             1 - high.tps_mean / (best.tps_mean or high.tps_mean),
             "share",
             "pgbench",
-            f"how far tps at {high.clients} clients is below the best",
+            f"how far tps at {n_clients(high.clients)} is below the best",
         )
     fit = analysis.scalability.fits.get(variant)
     if fit is not None:
         sheet.add("usl.sigma", fit.sigma, "share", "usl", "USL contention σ (serialised share)")
-        sheet.add("usl.kappa", fit.kappa, "share", "usl", "USL coherency κ")
+        sheet.add("usl.kappa", fit.kappa, "coefficient", "usl", "USL coherency κ")
         if fit.n_star is not None:
             sheet.add("usl.n_star", fit.n_star, "clients", "usl", "USL peak N*")
 
@@ -203,7 +204,7 @@ def _failure_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int
             "deadlock": share([s.failed_deadlock for s, _ in counted]),
             "other": share([s.failed_other for s, _ in counted]),
         }
-        of = f"share of those attempted at {n} clients"
+        of = f"share of those attempted at {n_clients(n)}"
         sheet.add(
             "xact.failed_share",
             1 - succeeded / attempted,
@@ -250,14 +251,14 @@ def _failure_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int
                 statistics.fmean(r[0] for r in rates),
                 "tps",
                 source,
-                f"transactions attempted per second (succeeded or failed) at {n} clients",
+                f"transactions attempted per second (succeeded or failed) at {n_clients(n)}",
             )
             sheet.add(
                 "xact.effective_tps",
                 statistics.fmean(r[1] for r in rates),
                 "tps",
                 source,
-                f"transactions that succeeded per second at {n} clients",
+                f"transactions that succeeded per second at {n_clients(n)}",
             )
     errored = [s for s in steps if s.workload_error]
     if errored:
@@ -270,7 +271,7 @@ def _failure_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int
             source,
             f"every transaction fails: {quoted}"
             if every
-            else f"share of the steps at {n} clients that pgbench ended on an error of the "
+            else f"share of the steps at {n_clients(n)} that pgbench ended on an error of the "
             f"workload's SQL: {quoted}",
         )
         causes.append((len(errored) / len(steps), "workload_error", quoted))
@@ -295,7 +296,7 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
             entry.share,
             "share",
             source,
-            f"{entry.label} share of active time at {n} clients",
+            f"{entry.label} share of active time at {n_clients(n)}",
         )
     for cls, share in profile.class_shares().items():
         sheet.add(
@@ -303,7 +304,7 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
             share,
             "share",
             source,
-            f"{cls} waits' share of active time at {n} clients",
+            f"{cls} waits' share of active time at {n_clients(n)}",
         )
     for group, events in WAIT_GROUPS.items():
         total = sum(e.share for e in profile.entries if e.label in events)
@@ -313,7 +314,7 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
             "share",
             source,
             f"{' + '.join(events[:3])}{' …' if len(events) > 3 else ''} share of "
-            f"active time at {n} clients",
+            f"active time at {n_clients(n)}",
         )
     lwlocks = [e for e in profile.entries if e.wait_event_type == "LWLock"]
     if lwlocks:
@@ -323,22 +324,24 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
             top.share,
             "share",
             source,
-            f"LWLock:{top.wait_event}, the most waited-for LWLock tranche, at {n} clients",
+            f"LWLock:{top.wait_event}, the most waited-for LWLock tranche, at {n_clients(n)}",
         )
         sheet.add(
             f"wait.lwlock_top.{top.wait_event}",
             top.share,
             "share",
             source,
-            f"LWLock:{top.wait_event} share of active time at {n} clients",
+            f"LWLock:{top.wait_event} share of active time at {n_clients(n)}",
         )
-    sheet.add("wait.aas", profile.aas, "count", source, f"average active sessions at {n} clients")
+    sheet.add(
+        "wait.aas", profile.aas, "count", source, f"average active sessions at {n_clients(n)}"
+    )
     sheet.add(
         "wait.aas_per_client",
         profile.aas / n,
         "share",
         source,
-        f"average active sessions per client at {n} clients",
+        f"average active sessions per client at {n_clients(n)}",
     )
     states = profile.states
     sheet.add(
@@ -346,14 +349,14 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
         states.get("idle", 0.0) + states.get("idle in transaction", 0.0),
         "share",
         source,
-        f"share of client sessions' samples idle (in or out of a transaction) at {n} clients",
+        f"share of client sessions' samples idle (in or out of a transaction) at {n_clients(n)}",
     )
     sheet.add(
         "sessions.idle_in_transaction",
         states.get("idle in transaction", 0.0),
         "share",
         source,
-        f"share of client sessions' samples idle inside a transaction at {n} clients",
+        f"share of client sessions' samples idle inside a transaction at {n_clients(n)}",
     )
     lowest = min(by_clients)
     if lowest < n:
@@ -364,7 +367,7 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
                 share - low_classes.get(cls, 0.0),
                 "share",
                 source,
-                f"growth of {cls}'s share of active time from {lowest} to {n} clients",
+                f"growth of {cls}'s share of active time from {lowest} to {n_clients(n)}",
             )
     return profile
 
@@ -381,7 +384,7 @@ def _host_facts(
             row.walsender_aas,
             "count",
             "activity",
-            f"walsenders on CPU, on average, at {n} clients",
+            f"walsenders on CPU, on average, at {n_clients(n)}",
         )
     for name, value, label in (
         ("host.cpu_busy", row.busy, "CPU busy"),
@@ -391,7 +394,7 @@ def _host_facts(
         ("host.client_cpu", row.client, "CPU used by pgbench"),
     ):
         sheet.add(
-            name, value, "share", "host", f"{label}, share of the host's CPU time at {n} clients"
+            name, value, "share", "host", f"{label}, share of the host's CPU time at {n_clients(n)}"
         )
     if row.other is not None:
         sheet.add(
@@ -400,7 +403,7 @@ def _host_facts(
             "share",
             "host",
             f"CPU used by processes other than the servers', pgbench's and pgscope's (kernel "
-            f"threads aside), share of the host's CPU time at {n} clients",
+            f"threads aside), share of the host's CPU time at {n_clients(n)}",
         )
     # "CPU-bound" is about the CPUs the server may run on: pinned to 1 of 2, it saturates its
     # one core while the host looks half idle. Pinned to fewer CPUs than the host has,
@@ -415,7 +418,7 @@ def _host_facts(
             "share",
             "host",
             f"CPU busy on the {pinned} CPU{'s' if pinned > 1 else ''} the server is pinned to "
-            f"(its own use plus the hypervisor's steal), at {n} clients",
+            f"(its own use plus the hypervisor's steal), at {n_clients(n)}",
         )
     else:
         sheet.add(
@@ -423,7 +426,7 @@ def _host_facts(
             row.busy,
             "share",
             "host",
-            f"CPU busy on the CPUs the server may use (all of the host's), at {n} clients",
+            f"CPU busy on the CPUs the server may use (all of the host's), at {n_clients(n)}",
         )
 
 
@@ -446,7 +449,8 @@ def _loss_facts(sheets: list[FactSheet]) -> None:
                     1 - (sheet.value("tps") or 0.0) / best,
                     "share",
                     "pgbench (variants)",
-                    f"tps below the fastest variant ({fastest.variant}) at {sheet.clients} clients",
+                    f"tps below the fastest variant ({fastest.variant}) "
+                    f"at {n_clients(sheet.clients)}",
                 )
 
 
@@ -510,11 +514,11 @@ def _wal_rate_facts(
             min(1.0, sum(s.wal_fpi for s in steps) * BLOCK_BYTES / wal),
             "share",
             "pgstats",
-            f"full-page images' share of the WAL at {n} clients (each counted as a whole "
+            f"full-page images' share of the WAL at {n_clients(n)} (each counted as a whole "
             f"{BLOCK_BYTES // 1024} kB block: at most this)",
         )
     sheet.add(
-        "wal.bytes_per_s", rate, "bytes/s", "pgstats", f"WAL written per second at {n} clients"
+        "wal.bytes_per_s", rate, "bytes/s", "pgstats", f"WAL written per second at {n_clients(n)}"
     )
     device = analysis.environment.wal_device
     if device is None or device.write_bytes_per_s <= 0:
@@ -532,7 +536,7 @@ def _wal_rate_facts(
         rate / device.write_bytes_per_s,
         "share",
         "pgstats + waldevice",
-        f"WAL written per second at {n} clients, as a share of what the server alone could "
+        f"WAL written per second at {n_clients(n)}, as a share of what the server alone could "
         f"write before the load",
     )
 
@@ -750,7 +754,7 @@ def _traced_lock_facts(
                 min(1.0, total_ns / active_ns),
                 "share",
                 "usdt",
-                f"{what} wait time (kernel-side tracing) as a share of {of_what} at {n} clients",
+                f"{what} wait time (kernel-side tracing) as a share of {of_what} at {n_clients(n)}",
             )
             for obj, (count, ns) in objects.items():
                 sheet.add(
@@ -758,7 +762,7 @@ def _traced_lock_facts(
                     min(1.0, ns / active_ns),
                     "share",
                     "usdt",
-                    f"{what} {obj}: wait time (traced) as a share of {of_what} at {n} clients",
+                    f"{what} {obj}: wait time (traced) as a share of {of_what} at {n_clients(n)}",
                 )
                 if xacts:
                     sheet.add(
@@ -766,7 +770,7 @@ def _traced_lock_facts(
                         count / xacts,
                         "count",
                         "usdt",
-                        f"{what} {obj}: waits per transaction (traced) at {n} clients",
+                        f"{what} {obj}: waits per transaction (traced) at {n_clients(n)}",
                     )
                 if count:
                     sheet.add(
@@ -774,7 +778,7 @@ def _traced_lock_facts(
                         ns / count / 1000,
                         "µs",
                         "usdt",
-                        f"{what} {obj}: mean wait (traced) at {n} clients",
+                        f"{what} {obj}: mean wait (traced) at {n_clients(n)}",
                     )
     _lwlock_top(sheet, n, traced)
 
@@ -787,7 +791,7 @@ def _lwlock_top(sheet: FactSheet, n: int, traced: bool) -> None:
     candidates = [f for name, f in sheet.facts.items() if name.startswith(prefix)]
     if not candidates:
         if traced:  # traced, and no LWLock wait at all
-            sheet.add("lwlock.top", 0.0, "share", "usdt", f"LWLock wait time at {n} clients")
+            sheet.add("lwlock.top", 0.0, "share", "usdt", f"LWLock wait time at {n_clients(n)}")
         return
     top = max(candidates, key=lambda f: f.value)
     tranche = top.name.rsplit(".", 1)[-1]
@@ -799,7 +803,7 @@ def _lwlock_top(sheet: FactSheet, n: int, traced: bool) -> None:
             "share",
             top.source,
             f"LWLock:{tranche}, the most waited-for tranche ({how}): share of "
-            f"{'active time' if 'active time' in top.label else 'session time'} at {n} clients",
+            f"{'active time' if 'active time' in top.label else 'session time'} at {n_clients(n)}",
         )
     per_xact = sheet.get(f"lwlock.waits_per_xact.{tranche}")
     if per_xact is not None:
@@ -834,7 +838,7 @@ def _run_sheet(analysis: RunAnalysis) -> FactSheet:
                     "share",
                     "pgbench (variants)",
                     f"throughput lost by {comparison.variant} against "
-                    f"{comparison.baseline} at {comparison.clients} clients, where the "
+                    f"{comparison.baseline} at {n_clients(comparison.clients)}, where the "
                     f"change is beyond noise (else 0)",
                 )
         if "synchronous_commit" in changed:

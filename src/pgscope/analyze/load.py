@@ -49,6 +49,7 @@ from pgscope.analyze.model import (
 from pgscope.analyze.scaling import ScalingAnalysis, analyse
 from pgscope.errors import InputFileError
 from pgscope.store import RunStore
+from pgscope.words import n_clients
 
 MAX_FLAMES = 3  # per kind: beyond that the report gets long and heavy (~300 kB each)
 
@@ -374,7 +375,7 @@ def _flames(store: RunStore, scaling: ScalingAnalysis) -> list[profile.FlameGrap
         elif len(loaded) == 1 and len(clients) >= 2:
             low, high = (
                 profile.load_profile(
-                    store, kind, profile.steps_of(store, variants[0], n), label=f"{n} clients"
+                    store, kind, profile.steps_of(store, variants[0], n), label=n_clients(n)
                 )
                 for n in (clients[0], clients[-1])
             )

@@ -14,6 +14,7 @@ from collections import defaultdict
 
 from pgscope.analyze.heldlocks import FASTPATH_SLOTS
 from pgscope.analyze.model import FactSheet, RunAnalysis
+from pgscope.words import n_clients
 
 SOURCE = "pglocks"
 # Inclusive on-CPU time in these is the heavyweight lock manager's: taking a lock (fast path
@@ -33,7 +34,7 @@ def _held_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
         return
     steps = {s.step_id for s in analysis.steps if s.variant == variant and s.clients == n}
     held = [h for h in section.steps if h.step_id in steps]
-    where = f"at {n} clients"
+    where = f"at {n_clients(n)}"
     if not sum(h.sessions for h in held):
         # A transaction's locks are its plan's, whatever the client count: where this cell's
         # few readings (one a second) caught no busy session, the variant's other cells do.
@@ -97,7 +98,7 @@ def _cpu_fact(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> 
         "share",
         "perf",
         f"on-CPU samples taking and releasing heavyweight locks "
-        f"({', '.join(LOCK_MANAGER_FUNCTIONS)}) at {n} clients",
+        f"({', '.join(LOCK_MANAGER_FUNCTIONS)}) at {n_clients(n)}",
     )
 
 
@@ -132,5 +133,5 @@ def _manager_fact(sheet: FactSheet, n: int) -> None:
         "share",
         source,
         f"LWLock:LockManager waits (the shared lock table's partitions, {how}): share of "
-        f"active time at {n} clients",
+        f"active time at {n_clients(n)}",
     )

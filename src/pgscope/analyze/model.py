@@ -30,6 +30,7 @@ from pgscope.analyze.statements import Statements
 from pgscope.analyze.timeline import Dip, Series
 from pgscope.analyze.usdt import Checkpoint, LatencySummary
 from pgscope.analyze.waits import WaitAnalysis
+from pgscope.words import plain
 
 # 2: one key per report section (scalability, timeline, locks, checkpoints, cpu, variants,
 # environment), facts per cell; 1 had the store's rows side by side.
@@ -43,7 +44,8 @@ DOCUMENT_VERSION = 2
 class Fact:
     name: str
     value: float
-    unit: str  # "share", "ms", "µs", "tps", "ratio", "bytes", "bytes/s", "count", "clients"
+    # "share", "ms", "µs", "tps", "ratio", "bytes", "bytes/s", "count", "clients", "coefficient"
+    unit: str
     source: str  # the collector or analysis it came from
     label: str  # what it is, in words
 
@@ -65,9 +67,11 @@ class Fact:
             return f"{v:+.1f}%"
         if self.unit in ("tps", "count", "clients"):
             return f"{v:,.0f}"
+        if self.unit == "coefficient":  # a model's term, not a fraction of anything
+            return plain(v, 3)
         if self.unit == "ms" and v >= 1000:
-            return f"{v / 1000:.3g} s"
-        return f"{v:.3g} {self.unit}"
+            return f"{plain(v / 1000, 3)} s"
+        return f"{plain(v, 3)} {self.unit}"
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pgscope.analyze.model import FactSheet, RunAnalysis
 from pgscope.analyze.profile import HotSpot
+from pgscope.words import n_clients
 
 SOURCE = "perf"
 
@@ -29,7 +30,7 @@ def hot_spot_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int
         total,
         "count",
         SOURCE,
-        f"on-CPU samples of the cluster's processes at {n} clients",
+        f"on-CPU samples of the cluster's processes at {n_clients(n)}",
     )
     for key, spot, what, of_them in (
         (
@@ -57,7 +58,7 @@ def _spot_facts(
         spot.value / total,
         "share",
         SOURCE,
-        f"on-CPU samples {what} at {n} clients{called}",
+        f"on-CPU samples {what} at {n_clients(n)}{called}",
     )
     if top is not None and spot.value:
         via = f" (itself called from {top.via})" if top.via else ""
@@ -66,5 +67,5 @@ def _spot_facts(
             top.value / spot.value,
             "share",
             SOURCE,
-            f"share of {of_them} called from {top.caller}{via} at {n} clients",
+            f"share of {of_them} called from {top.caller}{via} at {n_clients(n)}",
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 import duckdb
 
+from pgscope.analyze.queryid import QueryId
 from pgscope.duck import table_exists
 
 BLOCK_BYTES = 8192  # PostgreSQL's default block size: temp and shared blocks are counted in it
@@ -25,7 +26,7 @@ class StatementStep:
     """One statement's work during one step (pg_stat_statements)."""
 
     step_id: int
-    queryid: int
+    queryid: QueryId
     calls: float
     exec_ms: float
     plan_ms: float

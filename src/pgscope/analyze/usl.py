@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pgscope.errors import InputFileError
+from pgscope.words import plain
 
 MIN_POINTS_FOR_CONFIDENCE = 6  # distinct client counts below which we warn
 BOOTSTRAP_DRAWS = 500
@@ -101,17 +102,17 @@ class UslFit:
                 for key, symbol in (("sigma", "σ"), ("kappa", "κ"))
                 if key in chosen
             )
-            + f"{', ' if len(chosen) > 1 else ''}λ={chosen['lambda']:,.4g} tps per client"
+            + f"{', ' if len(chosen) > 1 else ''}λ={plain(chosen['lambda'])} tps per client"
         )
         if self.best_model == "linear":
             linear_r2 = self.models["linear"].r_squared
             if linear_r2 >= 0.9:
-                text = f"scales linearly over the measured range (linear model R²={linear_r2:.2f})"
+                text = "scales linearly over the measured range"
             else:
                 text = (
-                    f"no model fits well: AIC prefers the linear model but it explains little "
-                    f"(R²={linear_r2:.2f}); the points are too few or too irregular for the "
-                    f"USL's terms; add client counts or repeats"
+                    "no model fits well: AIC prefers the linear model but it explains little; "
+                    "the points are too few or too irregular for the USL's terms; add client "
+                    "counts or repeats"
                 )
         elif self.best_model == "amdahl" or self.n_star is None:
             amdahl = self.models["amdahl"].params
@@ -137,7 +138,8 @@ class UslFit:
                 f"throughput peaks at N*≈{self.n_star:.1f} clients "
                 f"(≈{self.x_max or 0:,.0f} tps) and falls beyond it; {major} dominates there"
             )
-        return f"{text} ({self.best_model}: {params})"
+        goodness = goodness_of_fit(self.models[self.best_model].r_squared)
+        return f"{text} ({self.best_model}: {params}; {goodness})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -160,8 +162,18 @@ class UslFit:
         }
 
 
+# Below this share of the variance explained, a fit's σ, κ and N* describe the model more than
+# the measurements: said beside it wherever it is shown.
+POOR_FIT_R2 = 0.8
+
+
+def goodness_of_fit(r_squared: float) -> str:
+    """R² as shown beside a fit: "R²=0.97", or "R²=0.55, poor fit"."""
+    return f"R²={r_squared:.2f}" + (", poor fit" if r_squared < POOR_FIT_R2 else "")
+
+
 def _g(value: float) -> str:
-    return "0" if value == 0 else f"{value:.4g}"
+    return plain(value)
 
 
 def _aic(rss: float, n: int, k: int) -> float:
@@ -304,7 +316,7 @@ def fit_usl(
         )
     if free[1] < 0:
         warnings.append(
-            f"superlinear artefact: the unbounded fit gives σ={free[1]:.4g} < 0: throughput "
+            f"superlinear artefact: the unbounded fit gives σ={plain(free[1])} < 0: throughput "
             f"per client grows with N, so the low-N points are held back by something else "
             f"(e.g. wake-up latency of idle CPUs, common in VMs, or caches warming up); "
             f"σ is held at 0"
@@ -390,8 +402,40 @@ def _bootstrap(
     }
 
 
+# Header names `read_csv` recognises when a file has more than two columns (any two-column
+# file is read as clients then throughput, whatever its header says). `fit usl --help` lists them.
+CLIENTS_COLUMNS = ("clients", "client", "concurrency", "connections", "threads", "users", "n")
+THROUGHPUT_COLUMNS = ("throughput", "tps", "qps", "ops", "rate", "x")
+
+
+def _numbers(row: list[str]) -> bool:
+    try:
+        for cell in row:
+            float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _columns(path: str, header: list[str]) -> tuple[int, int]:
+    """Which columns hold clients and throughput, from a header row."""
+    named = [h.strip().lower() for h in header]
+    clients = next((named.index(n) for n in CLIENTS_COLUMNS if n in named), None)
+    throughput = next((named.index(n) for n in THROUGHPUT_COLUMNS if n in named), None)
+    if clients is not None and throughput is not None:
+        return clients, throughput
+    if len(named) == 2:
+        return 0, 1
+    raise InputFileError(
+        f"{path}:1: cannot tell which columns are clients and throughput in "
+        f"{','.join(header)!r}; name them (clients: {', '.join(CLIENTS_COLUMNS)}; "
+        f"throughput: {', '.join(THROUGHPUT_COLUMNS)}) or give just the two columns"
+    )
+
+
 def read_csv(path: str) -> tuple[list[float], list[float]]:
-    """Read `clients,throughput` measurements; errors name the file and line."""
+    """Read clients and throughput measurements: two numeric columns with or without a
+    header row, or named columns among others; errors name the file and line."""
     import csv
 
     try:
@@ -400,23 +444,20 @@ def read_csv(path: str) -> tuple[list[float], list[float]]:
         raise InputFileError(f"{path}: cannot read: {exc.strerror}") from None
     with handle:
         reader = csv.reader(handle)
-        try:
-            header = [h.strip().lower() for h in next(reader)]
-        except StopIteration:
-            raise InputFileError(f"{path}: empty file") from None
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise InputFileError(f"{path}: not a CSV file: {exc}") from None
-        if "clients" not in header or "throughput" not in header:
-            raise InputFileError(
-                f"{path}:1: expected columns 'clients,throughput', got {','.join(header)!r}"
-            )
-        ci, ti = header.index("clients"), header.index("throughput")
-        clients, throughput = [], []
+        clients: list[float] = []
+        throughput: list[float] = []
+        columns: tuple[int, int] | None = None
         try:
             for row in reader:
                 if not row or all(not c.strip() for c in row):
                     continue
                 line = reader.line_num
+                if columns is None:
+                    if not _numbers(row):
+                        columns = _columns(path, row)
+                        continue
+                    columns = (0, 1)  # no header: the first two columns
+                ci, ti = columns
                 try:
                     c, t = float(row[ci]), float(row[ti])
                 except (ValueError, IndexError):
@@ -432,4 +473,6 @@ def read_csv(path: str) -> tuple[list[float], list[float]]:
                 throughput.append(t)
         except (UnicodeDecodeError, csv.Error) as exc:
             raise InputFileError(f"{path}: not a CSV file: {exc}") from None
+    if columns is None:
+        raise InputFileError(f"{path}: empty file")
     return clients, throughput

@@ -22,6 +22,8 @@ from typing import Any
 
 import duckdb
 
+from pgscope.analyze.queryid import QueryId
+from pgscope.analyze.queryid import as_json as query_id_json
 from pgscope.duck import table_exists
 
 INSTRUMENTS = (
@@ -285,7 +287,7 @@ def aas_timeline(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, float]]:
 
 @dataclass(frozen=True)
 class QueryProfile:
-    query_id: int | None
+    query_id: QueryId | None
     query: str | None
     share: float  # of all active rows in the window
     top_wait: str
@@ -293,7 +295,7 @@ class QueryProfile:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "query_id": self.query_id,
+            "query_id": query_id_json(self.query_id),
             "query": self.query,
             "share": self.share,
             "top_wait": self.top_wait,

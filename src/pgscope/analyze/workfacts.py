@@ -21,6 +21,7 @@ from pgscope.analyze.statements import (
     StatementStep,
     TableStep,
 )
+from pgscope.words import n_clients, plain
 
 # A statement touching this many blocks (8 kB) per row it returns reads far more than it
 # gives: a lookup by index touches 3-5 (the tree's levels and the heap page).
@@ -99,7 +100,7 @@ def _plan_facts(
         f"query {queryid} {_quoted(texts.get(queryid))}, whose generic plan reads {scan.relation} "
         f"by a sequential scan with the filter {scan.filter} (an index to try: CREATE INDEX "
         f"CONCURRENTLY ON {scan.relation} ({columns})); its share of the statements' execution "
-        f"time at {n} clients",
+        f"time at {n_clients(n)}",
     )
 
 
@@ -128,7 +129,7 @@ def _statement_facts(
         top["exec_ms"] / total_ms,
         "share",
         SOURCE,
-        f"{name(top_id)}: its share of the statements' execution time at {n} clients",
+        f"{name(top_id)}: its share of the statements' execution time at {n_clients(n)}",
     )
     sheet.add(
         "stmt.top.rows_per_call",
@@ -156,7 +157,7 @@ def _statement_facts(
         "share",
         SOURCE,
         f"execution time in statements touching ≥{SCAN_BLOCKS_PER_ROW} blocks per row they "
-        f"return{f', most of it {name(heaviest)}' if heaviest else ''}, at {n} clients",
+        f"return{f', most of it {name(heaviest)}' if heaviest else ''}, at {n_clients(n)}",
     )
     spilling = {q: s for q, s in work.items() if s["temp_written"] > 0}
     sheet.add(
@@ -164,7 +165,7 @@ def _statement_facts(
         share(spilling),
         "share",
         SOURCE,
-        f"execution time in statements that write temporary files, at {n} clients",
+        f"execution time in statements that write temporary files, at {n_clients(n)}",
     )
     if spilling:
         spill_id, spill = max(spilling.items(), key=lambda kv: kv[1]["exec_ms"])
@@ -192,7 +193,7 @@ def _statement_facts(
         share(writing),
         "share",
         SOURCE,
-        f"execution time in statements that write WAL (change rows), at {n} clients",
+        f"execution time in statements that write WAL (change rows), at {n_clients(n)}",
     )
     wal_total = sum(s["wal_bytes"] for s in writing.values())
     if wal_total > 0:
@@ -202,7 +203,7 @@ def _statement_facts(
             wal["wal_bytes"] / wal_total,
             "share",
             SOURCE,
-            f"{name(wal_id)}: its share of the WAL the statements wrote at {n} clients, "
+            f"{name(wal_id)}: its share of the WAL the statements wrote at {n_clients(n)}, "
             f"{_kib(wal['wal_bytes'] / wal['calls'])} of WAL per call",
         )
     plan_ms = sum(s["plan_ms"] for s in work.values())
@@ -211,7 +212,7 @@ def _statement_facts(
         plan_ms / (plan_ms + total_ms),
         "share",
         SOURCE,
-        f"planning's share of the statements' time at {n} clients",
+        f"planning's share of the statements' time at {n_clients(n)}",
     )
     hit = sum(s["shared_hit"] for s in work.values())
     read = sum(s["shared_read"] for s in work.values())
@@ -221,7 +222,7 @@ def _statement_facts(
             read / (hit + read),
             "share",
             SOURCE,
-            f"shared blocks not found in shared_buffers (read from the OS) at {n} clients",
+            f"shared blocks not found in shared_buffers (read from the OS) at {n_clients(n)}",
         )
     return sum(s["rows"] for s in work.values())
 
@@ -239,7 +240,7 @@ def _table_facts(
             seq / (seq + fetched),
             "share",
             SOURCE,
-            f"rows read by sequential scans, of all rows read from tables, at {n} clients",
+            f"rows read by sequential scans, of all rows read from tables, at {n_clients(n)}",
         )
     if rows_returned:
         sheet.add(
@@ -247,7 +248,7 @@ def _table_facts(
             seq / rows_returned,
             "count",
             SOURCE,
-            f"rows read by sequential scans per row the statements returned, at {n} clients",
+            f"rows read by sequential scans per row the statements returned, at {n_clients(n)}",
         )
     if xacts:
         for rel, t in tables.items():
@@ -258,7 +259,7 @@ def _table_facts(
                     "count",
                     SOURCE,
                     f"rows of {rel} read by sequential scans per transaction "
-                    f"({t['seq_scan'] / xacts:.2g} scans per transaction)",
+                    f"({plain(t['seq_scan'] / xacts, 2)} scans per transaction)",
                 )
     _dead_row_facts(sheet, tables, n)
     _index_write_facts(sheet, tables, n)
@@ -280,7 +281,7 @@ def _dead_row_facts(sheet: FactSheet, tables: dict[str, _Sum], n: int) -> None:
         read[rel] / total,
         "share",
         SOURCE,
-        f"share of the rows read from tables that come from {rel}, at {n} clients",
+        f"share of the rows read from tables that come from {rel}, at {n_clients(n)}",
     )
     sheet.add(
         "table.read_dead_share",
@@ -333,7 +334,7 @@ def _index_write_facts(sheet: FactSheet, tables: dict[str, _Sum], n: int) -> Non
         "count",
         SOURCE,
         f"index entries written per row changed in {rel}, the most-written table "
-        f"({t['indexes']:.0f} indexes) at {n} clients",
+        f"({t['indexes']:.0f} indexes) at {n_clients(n)}",
     )
     sheet.add(
         f"table.index_writes.{rel}",

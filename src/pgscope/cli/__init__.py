@@ -8,6 +8,7 @@ Every error reaches the user as one line (`pgscope: error: ...`) with a document
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import signal
 import sys
@@ -32,6 +33,24 @@ def _one_line(message: str) -> str:
     return " ".join(message.split())
 
 
+def _stdout_to_devnull() -> None:
+    """The reader of stdout has gone (`pgscope report RUN | head -1`): as `git log | head`
+    does, that ends the command quietly. Later writes, and Python's flush at exit, go nowhere
+    instead of raising again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _caused_by_closed_pipe(exc: BaseException) -> bool:
+    cause = exc.__context__
+    while cause is not None:
+        if isinstance(cause, BrokenPipeError):
+            return True
+        cause = cause.__context__
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
@@ -46,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
         notes = "; ".join(getattr(exc, "__notes__", []))
         sys.stderr.write(f"pgscope: error: {exc}{'; ' + notes if notes else ''}\n")
         return int(exc.exit_code)
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return int(ExitCode.OK)
+    except SystemExit as exc:
+        # typer (click) and rich turn a closed pipe into exit 1, raised while handling it.
+        if not _caused_by_closed_pipe(exc):
+            raise
+        _stdout_to_devnull()
+        return int(ExitCode.OK)
     except KeyboardInterrupt:
         sys.stderr.write("pgscope: error: interrupted\n")
         return int(ExitCode.INTERRUPTED)
@@ -77,6 +105,9 @@ def entry() -> None:
     # buffered output short and exit 130 without a word: let it wait for the exit instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
     sys.stderr.flush()
     sys.exit(code)

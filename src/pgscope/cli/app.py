@@ -62,6 +62,7 @@ def err_console() -> Console:
 
 def print_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    sys.stdout.flush()  # a closed pipe shows here, inside the command, not at exit
 
 
 @app.callback(invoke_without_command=True)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from pgscope.cli.app import app, out_console, print_json
 from pgscope.cli.options import JsonFlag
+from pgscope.words import plain
 
 
 @app.command()
@@ -59,8 +60,9 @@ def compare(
         out.print("throughput: no (variant, clients) cell measured in both runs")
     for model in change.models:
         out.print(
-            f"model {model['variant']}: σ {model['sigma_a']:.3g} → {model['sigma_b']:.3g}, "
-            f"κ {model['kappa_a']:.3g} → {model['kappa_b']:.3g}",
+            f"model {model['variant']}: σ {plain(model['sigma_a'], 3)} → "
+            f"{plain(model['sigma_b'], 3)}, κ {plain(model['kappa_a'], 3)} → "
+            f"{plain(model['kappa_b'], 3)}",
             highlight=False,
         )
     if change.waits:

@@ -7,15 +7,23 @@ from typing import Annotated
 
 import typer
 
+from pgscope.analyze.usl import CLIENTS_COLUMNS, THROUGHPUT_COLUMNS
 from pgscope.cli.app import fit_app, out_console, print_json
 from pgscope.errors import UsageError
+from pgscope.words import plain
 
 
 @fit_app.command("usl")
 def fit_usl_command(
     csv_file: Annotated[
         Path,
-        typer.Argument(metavar="FILE.csv", help="Measurements with columns clients,throughput."),
+        typer.Argument(
+            metavar="FILE.csv",
+            help="Measurements: two numeric columns, clients then throughput, with or without "
+            "a header row (1,955.2). Among more columns, the header names them: clients as "
+            f"one of {', '.join(CLIENTS_COLUMNS)}; throughput as one of "
+            f"{', '.join(THROUGHPUT_COLUMNS)}.",
+        ),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit as JSON.")] = False,
     bootstrap: Annotated[
@@ -47,9 +55,9 @@ def fit_usl_command(
     ):
         name = {"λ": "lambda", "σ": "sigma", "κ": "kappa", "N*": "n_star", "X(N*)": "x_max"}[key]
         ci = fit.ci.get(name)
-        shown = "-" if value is None else f"{value:.6g}"
+        shown = "-" if value is None else plain(value, 6)
         out.print(
-            f"  {key:<6} {shown:>12}" + (f"   95% CI {ci[0]:.4g} – {ci[1]:.4g}" if ci else "")
+            f"  {key:<6} {shown:>12}" + (f"   95% CI {plain(ci[0])} – {plain(ci[1])}" if ci else "")
         )
     out.print(f"  R²     {fit.r_squared:>12.4f}   CI method: {fit.ci_method}")
     aics = ", ".join(f"{n} {m.aic:.1f}" for n, m in fit.models.items())

@@ -4,7 +4,7 @@ A command uses one as its parameter's annotation and keeps its default in the si
 `as_json: JsonFlag = False`. Where an option means something different in one command, that
 command declares it itself: `--dsn` (the server to run against, to sample, or to trace),
 `--duration` and `--hz` (their own units and bounds), `--json` where the help says what the
-document holds (sample, trace, profile, fit usl, report), `--results-dir` of `runs` (read,
+document holds (sample, trace, profile, fit usl, report, recipes), `--results-dir` of `runs` (read,
 not written).
 """
 

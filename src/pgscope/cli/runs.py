@@ -15,12 +15,33 @@ from pgscope.errors import EnvironmentProblem, UsageError
 @app.command()
 def recipes(
     name: Annotated[str | None, typer.Argument(help="Show this recipe's spec in full.")] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the list (name, summary, path) or, with NAME, the recipe with its spec "
+            "as parsed from its TOML (docs/json.md).",
+        ),
+    ] = False,
 ) -> None:
     """List the bundled recipes, or show one recipe's spec (its knobs, with comments)."""
+    import tomllib
+
     from pgscope.spec import recipe_names, recipe_path, recipe_summary
 
+    def entry(recipe: str) -> dict[str, str]:
+        path = recipe_path(recipe)
+        return {"name": recipe, "summary": recipe_summary(recipe), "path": str(path)}
+
     if name is not None:
-        typer.echo(recipe_path(name).read_text(), nl=False)
+        text = recipe_path(name).read_text()
+        if as_json:
+            print_json({**entry(name), "spec": tomllib.loads(text)})
+        else:
+            typer.echo(text, nl=False)
+        return
+    if as_json:
+        print_json([entry(recipe) for recipe in recipe_names()])
         return
     for recipe in recipe_names():
         typer.echo(f"{recipe:<12} {recipe_summary(recipe)}")

@@ -12,6 +12,8 @@ from plotly.subplots import make_subplots
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.timeline import Series
+from pgscope.analyze.usl import goodness_of_fit
+from pgscope.words import n_clients, plain
 
 PALETTE = [
     "#2563eb",
@@ -132,7 +134,8 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 mode="lines",
                 line={"color": colour, "dash": "dash"},
                 legendgroup=variant,
-                name=f"{variant}: USL σ={fit.sigma:.3g} κ={fit.kappa:.3g}",
+                name=f"{variant}: USL σ={plain(fit.sigma, 3)} κ={plain(fit.kappa, 3)} "
+                f"({goodness_of_fit(fit.r_squared)})",
             )
         )
         if fit.n_star is not None and fit.n_star <= 2 * top:
@@ -141,7 +144,7 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 line={"color": colour, "dash": "dot", "width": 1},
                 annotation_text=f"N*≈{fit.n_star:.1f}",
             )
-    fig.update_xaxes(title="clients")
+    fig.update_xaxes(**_clients_axis(result.scalability.cells))
     fig.update_yaxes(title="throughput (transactions/s)", rangemode="tozero")
     return _figure(fig, "Throughput vs clients")
 
@@ -163,7 +166,7 @@ def latency(result: RunAnalysis) -> dict[str, Any] | None:
                     name=f"{variant} {key[:-3]}",
                 )
             )
-    fig.update_xaxes(title="clients")
+    fig.update_xaxes(**_clients_axis(cells))
     fig.update_yaxes(title="transaction latency (ms)", rangemode="tozero")
     return _figure(fig, "Latency percentiles vs clients")
 
@@ -180,7 +183,7 @@ def variants(result: RunAnalysis) -> dict[str, Any] | None:
             go.Bar(
                 x=[c.variant for c in mine],
                 y=[c.tps_mean for c in mine],
-                name=f"{clients} clients",
+                name=n_clients(clients),
                 marker={"color": _colour(i)},
                 error_y=_interval_bars(mine),
             )
@@ -309,9 +312,18 @@ def lwlock_histograms(summaries: list[Any]) -> dict[str, Any] | None:
                 marker={"color": _colour(i)},
             )
         )
+    # Categories, in the order of time: plotly would take them as each trace first shows
+    # them, which put a tranche's 4 µs after another's 256 µs.
+    lower_bounds = sorted({b.lo_ns for s in top for b in s.buckets if b.count})
     fig.update_layout(barmode="group")
-    fig.update_xaxes(title="wait time (bucket lower bound)", type="category")
-    fig.update_yaxes(title="waits (count)", type="log")
+    fig.update_xaxes(
+        title="wait time (bucket lower bound)",
+        type="category",
+        categoryorder="array",
+        categoryarray=[_ns_label(ns) for ns in lower_bounds],
+    )
+    counts = [b.count for s in top for b in s.buckets if b.count]
+    fig.update_yaxes(title="waits (count, log scale)", type="log", **_count_ticks(max(counts)))
     return _figure(fig, "LWLock wait-time histograms (kernel-side tracing)")
 
 
@@ -364,6 +376,27 @@ def checkpoint_phases(checkpoints: list[Any]) -> dict[str, Any] | None:
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(title="milliseconds since the checkpoint started")
     return _figure(fig, "Checkpoint phases (kernel-side tracing)")
+
+
+def _clients_axis(cells: list[Any]) -> dict[str, Any]:
+    """A numeric clients axis (the USL curve runs between the points) ticked at the client
+    counts measured only: plotly's own ticks put 1.2, 1.4 … between two counts."""
+    measured = sorted({c.clients for c in cells})
+    return {
+        "title": "clients",
+        "tickmode": "array",
+        "tickvals": measured,
+        "ticktext": [str(n) for n in measured],
+    }
+
+
+def _count_ticks(top: int) -> dict[str, Any]:
+    """Ticks of a log axis of counts at whole numbers a reader expects: decades, with 2 and 5
+    between them while the axis spans few decades (plotly's own put ticks at 1.5 and 2.5)."""
+    decades = [10**k for k in range(len(str(max(top, 1))) + 1)]
+    steps = (1, 2, 5) if len(decades) <= 3 else (1,)
+    ticks = [d * m for d in decades for m in steps if d * m <= max(top, 1) * 10]
+    return {"tickmode": "array", "tickvals": ticks, "ticktext": [f"{t:,}" for t in ticks]}
 
 
 def _ns_label(ns: int) -> str:

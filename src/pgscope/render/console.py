@@ -10,6 +10,7 @@ from rich.table import Table
 from pgscope.analyze.model import RunAnalysis, Step
 from pgscope.render.variants import print_variants
 from pgscope.render.waits import print_waits
+from pgscope.words import human_bytes
 
 
 def _ms(value: float | None) -> str:
@@ -93,7 +94,7 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
     console.print(server, highlight=False)
     console.print(
         f"host: {host.get('usable_cpus')} usable CPUs ({host.get('cpu_model')}), "
-        f"{(host.get('memory_bytes') or 0) / 2**30:.0f} GiB; "
+        f"{human_bytes(host.get('memory_bytes') or 0)}; "
         f"target: {result.target.kind}",
         highlight=False,
     )

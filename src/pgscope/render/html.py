@@ -21,15 +21,32 @@ from pgscope.render import charts
 from pgscope.render.console import step_problem
 from pgscope.render.flame import flame_page
 from pgscope.render.variants import evidence_table
+from pgscope.words import human_bytes, n_clients
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("pgscope.render", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    environment.filters["n_clients"] = n_clients
+    return environment
+
+
+def _host_rows(host: dict[str, Any]) -> dict[str, Any]:
+    """The host as the environment table shows it: sizes in binary units (memory 23.5 GiB,
+    not memory_bytes 25276510208); the hostname left out."""
+    rows: dict[str, Any] = {}
+    for key, value in host.items():
+        if key == "hostname":
+            continue
+        if key.endswith("_bytes") and isinstance(value, int | float):
+            rows[key.removesuffix("_bytes")] = human_bytes(value)
+        else:
+            rows[key] = value
+    return rows
 
 
 def _missing(analysis: RunAnalysis, name: str, purpose: str) -> str:
@@ -104,7 +121,7 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
             started=started.strftime("%Y-%m-%d %H:%M"),
             server=(analysis.target.server_version or "server version unknown").split(" on ")[0],
             host_line=f"{host.get('usable_cpus')} CPUs ({host.get('cpu_model')}), "
-            f"{(host.get('memory_bytes') or 0) / 2**30:.0f} GiB",
+            f"{human_bytes(host.get('memory_bytes') or 0)}",
             diagnosis=analysis.diagnosis,
             not_assessed=analysis.diagnosis.not_assessed if analysis.diagnosis else [],
             charts=figures,
@@ -132,7 +149,7 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
             not_selected=not_selected,
             gaps=analysis.environment.gaps,
             settings=list(analysis.environment.settings.items()),
-            host={k: v for k, v in host.items() if k != "hostname"},
+            host=_host_rows(host),
             missing={
                 "activity": _missing(analysis, "activity", "wait-event sampling"),
                 "usdt": _missing(analysis, "usdt", "kernel-side tracing of the server's probes"),

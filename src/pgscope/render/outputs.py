@@ -24,11 +24,18 @@ def write_outputs(
     collectors this pgscope has (the report lists those the run did not select)."""
     folder = analysis.folder
     write_atomic(folder / "summary.json", json.dumps(run_document(analysis), indent=2, default=str))
-    recorder = Console(record=True, width=110, file=io.StringIO())
-    print_summary(recorder, analysis)
-    write_atomic(folder / "summary.txt", recorder.export_text())
+    write_atomic(folder / "summary.txt", summary_text(analysis))
     return {
         "summary.json": folder / "summary.json",
         "summary.txt": folder / "summary.txt",
         "report.html": write_report(analysis, folder, offered),
     }
+
+
+def summary_text(analysis: RunAnalysis) -> str:
+    """The console summary as a file: each paragraph one line, for the reader's editor or pager
+    to wrap (a hard wrap at 110 columns cut phrases and left the padding as trailing spaces);
+    the tables keep their columns, without trailing spaces."""
+    recorder = Console(record=True, width=110, soft_wrap=True, file=io.StringIO())
+    print_summary(recorder, analysis)
+    return "".join(line.rstrip() + "\n" for line in recorder.export_text().splitlines())

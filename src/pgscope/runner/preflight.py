@@ -12,6 +12,7 @@ from pgscope.runner.variants import effective_settings, variant_cpus, variant_in
 from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, ScriptRef, Spec, setting_text
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.server import ExistingServer
+from pgscope.words import n_clients
 
 MIN_FREE_RESULTS = 64 * 2**20  # the store, logs and per-step transaction logs of a short run
 MIN_FREE_CLUSTER = 256 * 2**20  # initdb, WAL, and pgbench's tables on top (per scale unit)
@@ -31,7 +32,7 @@ def check_host_fits(loaded: LoadedSpec, cores: int) -> None:
     if most_instances > min(spec.client_counts(cores)):
         raise SpecError(
             f"{loaded.source}: a variant splits the load over {most_instances} instances but "
-            f"a step has only {min(spec.client_counts(cores))} clients; every instance needs one"
+            f"a step has only {n_clients(min(spec.client_counts(cores)))}; every instance needs one"
         )
 
 
