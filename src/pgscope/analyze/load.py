@@ -18,6 +18,7 @@ import duckdb
 from pgscope.analyze import (
     compare,
     heldlocks,
+    observation,
     pgstats,
     profile,
     statements,
@@ -87,6 +88,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
     scaling = _scaling(rows, bootstrap, declared)
     steps = [_step(r) for r in rows]
     programs = _traced_programs(db)
+    environment = _environment(store, run, spec)
     return RunAnalysis(
         run_id=str(run["run_id"]),
         run_dir=str(run_dir.resolve()),
@@ -98,7 +100,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         target=Target(run["target_kind"], run["target_conninfo"], run["server_version"]),
         started_us=run["started_us"],
         ended_us=run["ended_us"],
-        environment=_environment(store, run, spec),
+        environment=environment,
         steps=steps,
         scalability=scaling,
         waits=waits.analyse(db),
@@ -110,6 +112,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         variants=_variants(rows, spec, declared),
         statements=statements.read(db),
         held_locks=heldlocks.read(db),
+        observation=observation.read(db, environment.collectors),
     )
 
 
