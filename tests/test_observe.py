@@ -17,7 +17,7 @@ import pytest
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SMALL_SERVER, pgscope, top_finding
+from tests.conftest import SMALL_SERVER, pgscope, start, top_finding, wait_for_line
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 
@@ -177,3 +177,59 @@ def test_every_statement_of_pgscope_in_the_log_is_a_read_or_a_session_setting(
         assert READS.match(sql), (app, sql)
         if sql.lstrip().upper().startswith("SET"):
             assert not re.search(r"\b(SESSION AUTHORIZATION|ROLE)\b", sql, re.I), (app, sql)
+
+
+STEPS = (1, 2, 4, 8)
+
+
+def test_an_observed_usl_fit_matches_a_sweep_of_the_same_workload(
+    pg: PgBinaries, watched: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """One workload, two readings: `pgscope run` sweeps tpcb-like through 1, 2, 4 and 8
+    clients (its fit, from pgbench's transaction logs), and `pgscope observe`, another
+    process that did not start that load, watches the sweep (its fit, from the windows'
+    commits and concurrency). On a shared host the curve itself moves from one minute to the
+    next; read at the same time, the two fits' N* and peak agree within 25%."""
+    subprocess.run(
+        [str(pg.path("pgbench")), "-i", "-s", "1", "-q", watched.conn.conninfo()],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    watcher = start(
+        [
+            "observe", "--dsn", monitor_dsn(watched), "--duration", "40", "--window", "2",
+            "--json", "--results-dir", str(tmp_path / "observe"),
+        ]
+    )  # fmt: skip
+    try:
+        wait_for_line(watcher, "observing postmaster", timeout=60)
+        time.sleep(1)
+        swept = pgscope(
+            "run", "--dsn", watched.conn.conninfo(), "--allow-writes", "--workload",
+            "tpcb-like", "--scale", "1", "--clients", ",".join(map(str, STEPS)), "--duration",
+            "5", "--warmup", "1", "--repeats", "1", "--collectors", "pgstats", "--json",
+            "--results-dir", str(tmp_path / "run"),
+        )  # fmt: skip
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    assert watcher.returncode == 0, err[-3000:]
+    swept_doc = json.loads(swept.stdout)
+    [run_fit] = swept_doc["scalability"]["fits"].values()
+    run_cells = [(c["clients"], round(c["tps_mean"])) for c in swept_doc["scalability"]["cells"]]
+    doc = json.loads(out)
+    [observed_fit] = doc["scalability"]["fits"].values()
+    windows = [w for w in doc["observation"]["windows"] if w["status"] == "ok"]
+    assert doc["observation"]["levels"] >= 3, windows
+    print(
+        f"\nrun fit: N*={run_fit['n_star']}, peak={run_fit['x_max']:.0f} tps "
+        f"(σ={run_fit['sigma']:.3f}, κ={run_fit['kappa']:.4f}) over {run_cells}\n"
+        f"observed fit: N*={observed_fit['n_star']}, peak={observed_fit['x_max']:.0f} tps "
+        f"(σ={observed_fit['sigma']:.3f}, κ={observed_fit['kappa']:.4f}) over "
+        f"{[(round(w['concurrency'], 1), round(w['tps'])) for w in windows]}"
+    )
+    for key in ("n_star", "x_max"):
+        assert run_fit[key] is not None and observed_fit[key] is not None, (run_fit, observed_fit)
+        assert abs(observed_fit[key] - run_fit[key]) <= 0.25 * run_fit[key], key

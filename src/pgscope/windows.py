@@ -15,6 +15,8 @@ window's figures in, in the store, with one SQL statement per table:
 - per second, commits per second into `timeline` (the report's timeline view).
 
 A window in which no client session was active is `idle`: it is kept, and no cell counts it.
+A window whose sessions came or went (`steady` false) mixes two loads: it is `mixed`, out of
+the cells and the USL fit, when at least half the active windows are steady.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from pgscope.duck import table_exists
 from pgscope.store import RunStore
 
 VARIANT = "observed"
+# A window whose sessions came or went mixes two loads (say 2 clients, then 4); and a
+# session that exits flushes its pending commit counts (up to a second's) into the window it
+# leaves, so even a session leaving at the window's last moment makes it mixed: steady means
+# every session active in it is in every one of its samples.
+STEADY_SLACK = 0.001
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS windows (
@@ -30,6 +37,7 @@ CREATE TABLE IF NOT EXISTS windows (
     seconds DOUBLE,               -- its length
     concurrency DOUBLE,           -- client sessions present, time-weighted (see windows.py)
     sessions INTEGER,             -- distinct client sessions active in it
+    steady BOOLEAN,               -- every session active in it is in all its samples
     commits DOUBLE,               -- pg_stat_database.xact_commit, summed over databases
     rollbacks DOUBLE              -- ... xact_rollback
 );
@@ -112,7 +120,8 @@ def close_windows(store: RunStore) -> None:
         _per_second(store)
     if table_exists(db, "activity_samples"):
         db.execute(
-            f"UPDATE windows SET concurrency = c.concurrency, sessions = c.sessions "
+            f"UPDATE windows SET concurrency = c.concurrency, sessions = c.sessions, "
+            f"steady = c.concurrency >= c.sessions - {STEADY_SLACK} "
             f"FROM ({_CONCURRENCY}) c WHERE windows.step_id = c.step_id"
         )
     db.execute(
@@ -121,6 +130,14 @@ def close_windows(store: RunStore) -> None:
         "AND steps.tps IS NOT NULL THEN 'ok' WHEN steps.status IN ('ok', 'running') "
         "THEN 'idle' ELSE steps.status END "
         "FROM windows w WHERE steps.step_id = w.step_id"
+    )
+    # Mixed windows leave the cells only where most windows are steady: on a server whose
+    # sessions churn (a connection per request) every window is mixed, and all count.
+    db.execute(
+        "UPDATE steps SET status = 'mixed' FROM windows w WHERE steps.step_id = w.step_id "
+        "AND steps.status = 'ok' AND NOT w.steady AND (SELECT count(*) FILTER (w2.steady) "
+        ">= count(*) / 2 FROM windows w2 JOIN steps s2 USING (step_id) "
+        "WHERE s2.status = 'ok')"
     )
 
 
