@@ -5,7 +5,9 @@ role with nothing but pg_monitor."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +20,9 @@ from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.conftest import SMALL_SERVER, pgscope, start, top_finding, wait_for_line
+from tests.test_perf_unavailable import as_postgres, postgres_dir, run_as_postgres
+
+__all__ = ["postgres_dir"]  # a fixture, used by name
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 
@@ -233,3 +238,71 @@ def test_an_observed_usl_fit_matches_a_sweep_of_the_same_workload(
     for key in ("n_star", "x_max"):
         assert run_fit[key] is not None and observed_fit[key] is not None, (run_fit, observed_fit)
         assert abs(observed_fit[key] - run_fit[key]) <= 0.25 * run_fit[key], key
+
+
+CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace")) and bool(shutil.which("perf"))
+
+
+@pytest.mark.tracing
+@pytest.mark.skipif(not CAN_TRACE, reason="needs root, bpftrace and perf")
+def test_as_root_with_the_data_directory_trace_and_profile_reach_the_report(
+    pg: PgBinaries, watched: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """--data-dir as root, --trace and --profile: the lock waits the probes saw and the
+    server's CPU profile are in the observation's report, each layer with what it costs."""
+    path = tmp_path / "bump.sql"
+    path.write_text(SCRIPTS["bump.sql"])
+    path.chmod(0o644)
+    load = external_load(pg, watched, path, 8, 40)
+    try:
+        time.sleep(1)
+        result = pgscope(
+            "observe", "--data-dir", str(watched.data_dir), "--duration", "8", "--window", "4",
+            "--trace", "--profile", "--json", "--results-dir", str(tmp_path),
+        )  # fmt: skip
+    finally:
+        stop(load)
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = json.loads(result.stdout)
+    layers = {layer["name"]: layer for layer in doc["observation"]["layers"]}
+    for name in ("kernel tracing", "CPU profile"):
+        assert layers[name]["status"] == "seen", layers[name]
+        assert layers[name]["cost"], layers[name]
+    assert doc["observation"]["own_cpu_share"] is not None
+    # The probes saw the row-lock queue: heavyweight waits on transaction ids.
+    assert doc["locks"]["traced"]
+    waited = {(w["event"], w["object"]) for w in doc["locks"]["lock_waits"]}
+    assert any(obj == "transactionid" for _, obj in waited), waited
+    # perf sampled the server's backends.
+    profile = doc["cpu"]["run_profile"]
+    assert profile is not None and profile["total"] > 0 and profile["self_values"], profile
+    report = (Path(doc["run_dir"]) / "report.html").read_text()
+    assert "kernel tracing" in report and "CPU profile" in report
+
+
+@as_postgres
+def test_without_root_the_report_says_which_layers_are_missing_and_why(
+    pg: PgBinaries, watched: EmbeddedCluster, postgres_dir: Path
+) -> None:
+    result = run_as_postgres(
+        "observe", "--data-dir", str(watched.data_dir), "--duration", "2", "--window", "1",
+        "--trace", "--profile", "--json", "--results-dir", str(postgres_dir / "results"),
+        cwd=postgres_dir,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = json.loads(result.stdout)
+    layers = {layer["name"]: layer for layer in doc["observation"]["layers"]}
+    assert layers["wait sampling"]["status"] == "seen"
+    assert layers["kernel tracing"]["status"] == "unavailable"
+    assert "root" in layers["kernel tracing"]["detail"], layers["kernel tracing"]
+    assert layers["CPU profile"] == {
+        "name": "CPU profile",
+        "collectors": ["perf"],
+        "status": "unavailable",
+        "detail": "perf profiles of the server's processes need root (run as root)",
+        "cost": None,
+    }
+    summary = (Path(doc["run_dir"]) / "summary.txt").read_text()
+    assert "CPU profile: unavailable: perf profiles of the server's processes need root" in (
+        " ".join(summary.split())
+    )

@@ -161,7 +161,7 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
         scalability_note(low, high, levels, len(active)),
         worst.step_id if worst else None,
         [w.step_id for w in windows if w.outlier],
-        layers(collectors, _statements_absent(db)),
+        layers(collectors, _statements_absent(db), _costs(db)),
         _own_cpu(db),
     )
 
@@ -185,10 +185,13 @@ def scalability_note(low: float | None, high: float | None, levels: int, windows
     return f"{seen}: the USL fit is over the windows, each window one observation"
 
 
-def layers(collectors: list[dict[str, Any]], statements_absent: bool) -> list[Layer]:
+def layers(
+    collectors: list[dict[str, Any]], statements_absent: bool, costs: dict[str, str]
+) -> list[Layer]:
     by_name = {c["name"]: c for c in collectors}
     out = []
     for name, names, needs in LAYERS:
+        cost = next((costs[n] for n in names if n in costs), None)
         rows = [by_name[n] for n in names if n in by_name]
         if not rows:
             out.append(Layer(name, list(names), "not asked", needs))
@@ -210,7 +213,7 @@ def layers(collectors: list[dict[str, Any]], statements_absent: bool) -> list[La
                 )
             )
         else:
-            out.append(Layer(name, list(names), "seen", None))
+            out.append(Layer(name, list(names), "seen", None, cost))
     return out
 
 
@@ -285,6 +288,12 @@ def _statements_absent(db: duckdb.DuckDBPyConnection) -> bool:
         "AND detail = 'pg_stat_statements absent'"
     ).fetchone()
     return bool(row and row[0])
+
+
+def _costs(db: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """What each opt-in layer costs, as `observe` recorded it: collector -> one line."""
+    rows = db.execute("SELECT detail FROM events WHERE kind = 'cost'").fetchall()
+    return {str(d).split(": ", 1)[0]: str(d).split(": ", 1)[1] for (d,) in rows if ": " in str(d)}
 
 
 def _own_cpu(db: duckdb.DuckDBPyConnection) -> float | None:

@@ -102,7 +102,7 @@ def observe(
     from pgscope.analyze import waits
     from pgscope.analyze.load import load_analysis
     from pgscope.cli.title import safe_command_line
-    from pgscope.collect import offered
+    from pgscope.collect import offered, registry
     from pgscope.collect.pgws import PgwsCollector
     from pgscope.drive.readonly import verify_read_only
     from pgscope.errors import TargetError
@@ -140,6 +140,12 @@ def observe(
     view: Live | None = None
     stores: list[RunStore] = []
 
+    def opened(store: RunStore) -> None:
+        stores.append(store)
+        for name in ("usdt", "perf"):  # what the opt-in layers cost, for the report
+            if name in selection:
+                store.add_event("cost", f"{name}: {registry()[name].cost}")
+
     def refresh(elapsed: float) -> None:
         if view is not None and stores:
             analysis = waits.analyse(stores[0].db, start_us=now_us() - LIVE_WINDOW_S * 1_000_000)
@@ -163,7 +169,7 @@ def observe(
             command_line=safe_command_line(["pgscope", *sys.argv[1:]]),
             say=say,
             every_second=refresh if live else progress,
-            on_store=stores.append,
+            on_store=opened,
             window_s=window,
         )
     finally:

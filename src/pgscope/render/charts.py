@@ -274,8 +274,9 @@ def timeline(series: Series | None) -> dict[str, Any] | None:
             annotation_font_size=9,
         )
     for t, kind, label in series.markers:
-        if kind in ("checkpoint-start", "action"):
-            fig.add_vline(x=t, line={"color": "#111827", "dash": "dot", "width": 1})
+        if kind in ("checkpoint-start", "action", "outlier"):
+            colour = "#dc2626" if kind == "outlier" else "#111827"
+            fig.add_vline(x=t, line={"color": colour, "dash": "dot", "width": 1})
             fig.add_annotation(
                 x=t,
                 y=1,

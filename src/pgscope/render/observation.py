@@ -77,6 +77,8 @@ def print_observation(console: Console, observation: Observation, t0_us: int | N
     for layer in observation.layers:
         colour = {"seen": "green", "partial": "yellow", "not asked": "dim"}.get(layer.status, "red")
         detail = f": {layer.detail}" if layer.detail else ""
+        if layer.cost:
+            detail += f" (cost: {layer.cost})"
         console.print(
             f"  [{colour}]{layer.name}: {layer.status}[/{colour}]{escape(detail)}",
             highlight=False,
