@@ -238,6 +238,13 @@ def test_an_observed_usl_fit_matches_a_sweep_of_the_same_workload(
     for key in ("n_star", "x_max"):
         assert run_fit[key] is not None and observed_fit[key] is not None, (run_fit, observed_fit)
         assert abs(observed_fit[key] - run_fit[key]) <= 0.25 * run_fit[key], key
+    # `compare` sets the observation's windows at N sessions beside the sweep's N clients.
+    compared = pgscope("compare", swept_doc["run_dir"], doc["run_dir"], "--json")
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    change = json.loads(compared.stdout)
+    assert {c["clients"] for c in change["throughput"]} == set(STEPS), change["throughput"]
+    [model] = change["models"]
+    assert model["n_star_a"] == run_fit["n_star"] and model["n_star_b"] == observed_fit["n_star"]
 
 
 CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace")) and bool(shutil.which("perf"))
