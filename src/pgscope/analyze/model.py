@@ -179,7 +179,7 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class Target:
-    kind: str | None  # "embedded", "dsn", "session"
+    kind: str | None  # "embedded", "server" (by DSN), "local" (a server on this host)
     conninfo: str | None  # without its password
     server_version: str | None
 

@@ -92,6 +92,12 @@ def observe(
     SELECT, SHOW and SET of its own session parameters; no extension is created, no setting
     changed. The report says which grant or extension each missing layer needs.
 
+    Windows of 10 s or more read commits/s well: sessions add their commit counts to
+    pg_stat_database when idle, at most once a second, so short windows under a lock queue
+    lag. --data-dir or --pid alone connects as postgres to database postgres over the
+    server's socket; add --dsn to connect otherwise (it must be the same server). More:
+    docs/observe.md.
+
     \b
     Examples:
       pgscope observe --dsn "host=db1 dbname=app user=monitor" --duration 600
