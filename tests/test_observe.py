@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,7 +20,14 @@ import pytest
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SMALL_SERVER, pgscope, start, top_finding, wait_for_line
+from tests.conftest import (
+    SMALL_SERVER,
+    pgscope,
+    start,
+    stop_within,
+    top_finding,
+    wait_for_line,
+)
 from tests.test_perf_unavailable import as_postgres, postgres_dir, run_as_postgres
 
 __all__ = ["postgres_dir"]  # a fixture, used by name
@@ -313,3 +321,28 @@ def test_without_root_the_report_says_which_layers_are_missing_and_why(
     assert "CPU profile: unavailable: perf profiles of the server's processes need root" in (
         " ".join(summary.split())
     )
+
+
+def test_ctrl_c_keeps_the_windows_so_far_and_says_so(
+    watched: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """An idle server, interrupted after a few windows: exit 130 within seconds, and the run
+    folder holds the windows observed, each `idle`, with its summary and report."""
+    watcher = start(
+        [
+            "observe", "--dsn", monitor_dsn(watched), "--duration", "120", "--window", "1",
+            "--results-dir", str(tmp_path),
+        ]
+    )  # fmt: skip
+    wait_for_line(watcher, "observing postmaster", timeout=60)
+    time.sleep(3.5)
+    err = stop_within(watcher, signal.SIGINT)
+    assert watcher.returncode == 130, err
+    assert "kept what was observed in" in err, err
+    [run_dir] = list(tmp_path.iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    windows = summary["observation"]["windows"]
+    assert len(windows) >= 2, windows
+    assert {w["status"] for w in windows} == {"idle"}, windows
+    assert (run_dir / "report.html").is_file()
