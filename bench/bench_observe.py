@@ -129,24 +129,27 @@ def build(run_dir: Path, seconds: int, sessions: int, hz: int) -> float:
 STEP = r"""
 import json, resource, sys, time
 from pathlib import Path
-run_dir, what = Path(sys.argv[1]), sys.argv[2]
+run_dir, what, into = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 start = time.perf_counter()
 from pgscope.analyze.load import load_analysis
 from pgscope.collect import offered
 from pgscope.render.outputs import write_outputs
 write_outputs(load_analysis(run_dir), offered())
-print(json.dumps({"seconds": time.perf_counter() - start,
+into.write_text(json.dumps({"seconds": time.perf_counter() - start,
                   "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
 def measure(run_dir: Path, what: str) -> dict[str, float]:
+    into = run_dir.parent / f"{what}.json"
     out = subprocess.run(
-        [sys.executable, "-c", STEP, str(run_dir), what], capture_output=True, text=True
+        [sys.executable, "-c", STEP, str(run_dir), what, str(into)],
+        capture_output=True,
+        text=True,
     )
     if out.returncode != 0:
         raise SystemExit(f"{what} failed: {out.stderr[-2000:]}")
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, float] = json.loads(into.read_text())
     return result
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import duckdb
 
-from pgscope.analyze.waits import ACTIVE, WAIT_EVENT, WAIT_TYPE
+from pgscope.analyze.waits import ACTIVE, IN_WINDOWS, WAIT_EVENT, WAIT_TYPE
 from pgscope.duck import table_exists
 
 VARIANT = "observed"
@@ -122,9 +122,8 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
         "w.commits, w.rollbacks, w.concurrency, w.sessions, s.duration_s FROM steps s "
         f"LEFT JOIN windows w USING (step_id) WHERE s.variant = '{VARIANT}' ORDER BY s.step_id"
     ).fetchall()
-    aas = _aas_by_class(db)
-    waits = _top(db, f"{WAIT_TYPE} || ':' || {WAIT_EVENT}")
-    queries = _top_queries(db)
+    activity = _activity(db)
+    aas, waits, queries = activity.aas, activity.waits, activity.queries
     checkpoints = _checkpoints(db)
     windows = []
     for sid, lo, hi, seconds, status, tps, commits, rollbacks, conc, sessions, _ in rows:
@@ -217,55 +216,67 @@ def layers(
     return out
 
 
-def _windows_cte() -> str:
-    return (
-        f"w AS (SELECT step_id, window_start_us AS lo, window_end_us AS hi FROM steps "
-        f"WHERE variant = '{VARIANT}' AND window_start_us IS NOT NULL), "
-        f"n AS (SELECT w.step_id, count(DISTINCT a.sample_no) AS samples FROM activity_samples a "
-        f"JOIN w ON a.ts_us BETWEEN w.lo AND w.hi GROUP BY ALL)"
+@dataclass(frozen=True)
+class _Activity:
+    """Per window: AAS by class, the top wait and the top query, with their shares."""
+
+    aas: dict[int, dict[str, float]]
+    waits: dict[int, tuple[str, float]]
+    queries: dict[int, tuple[str, float]]
+
+
+def _activity(db: duckdb.DuckDBPyConnection) -> _Activity:
+    """One pass over the samples in the windows, grouped in DuckDB to (window, wait, query)
+    counts; the few thousand groups are then summed here."""
+    if not table_exists(db, "activity_samples"):
+        return _Activity({}, {}, {})
+    samples = dict(
+        db.execute(
+            f"SELECT step_id, count(DISTINCT sample_no) FROM {IN_WINDOWS} "
+            f"WHERE variant = '{VARIANT}' GROUP BY ALL"
+        ).fetchall()
     )
-
-
-def _aas_by_class(db: duckdb.DuckDBPyConnection) -> dict[int, dict[str, float]]:
-    if not table_exists(db, "activity_samples"):
-        return {}
-    out: dict[int, dict[str, float]] = {}
-    for sid, cls, value in db.execute(
-        f"WITH {_windows_cte()} "
-        f"SELECT w.step_id, {WAIT_TYPE} AS cls, count(*) / any_value(n.samples) "
-        f"FROM activity_samples a JOIN w ON a.ts_us BETWEEN w.lo AND w.hi "
-        f"JOIN n ON n.step_id = w.step_id WHERE {ACTIVE} GROUP BY ALL ORDER BY 1, 3 DESC"
-    ).fetchall():
-        out.setdefault(int(sid), {})[str(cls)] = float(value)
-    return out
-
-
-def _top(db: duckdb.DuckDBPyConnection, what: str) -> dict[int, tuple[str, float]]:
-    """Per window, the value of `what` with the most active rows, and its share of them."""
-    if not table_exists(db, "activity_samples"):
-        return {}
-    rows = db.execute(
-        f"WITH {_windows_cte()}, per AS (SELECT w.step_id, {what} AS v, count(*) AS k "
-        f"FROM activity_samples a JOIN w ON a.ts_us BETWEEN w.lo AND w.hi WHERE {ACTIVE} "
-        f"GROUP BY ALL) "
-        f"SELECT step_id, arg_max(v, k), max(k) / sum(k) FROM per GROUP BY step_id"
+    groups = db.execute(
+        f"SELECT step_id, {WAIT_TYPE}, {WAIT_TYPE} || ':' || {WAIT_EVENT}, query_id, count(*) "
+        f"FROM {IN_WINDOWS} WHERE variant = '{VARIANT}' AND {ACTIVE} GROUP BY ALL "
+        f"ORDER BY ALL"
     ).fetchall()
-    return {int(s): (str(v), float(share)) for s, v, share in rows}
+    by_class: dict[int, dict[str, int]] = {}
+    by_wait: dict[int, dict[str, int]] = {}
+    by_query: dict[int, dict[int | None, int]] = {}
+    for sid, cls, wait, query_id, k in groups:
+        for table, key in ((by_class, cls), (by_wait, wait), (by_query, query_id)):
+            counts = table.setdefault(int(sid), {})
+            counts[key] = counts.get(key, 0) + int(k)
+    aas = {
+        sid: {c: k / samples[sid] for c, k in sorted(counts.items(), key=lambda r: -r[1])}
+        for sid, counts in by_class.items()
+        if samples.get(sid)
+    }
+    waits = {sid: _leader(counts) for sid, counts in by_wait.items()}
+    leaders = {sid: _leader(counts) for sid, counts in by_query.items()}
+    ids = [q for q, _ in leaders.values() if q is not None]
+    texts: dict[int, str] = {}
+    if ids and table_exists(db, "activity_queries"):
+        texts = dict(
+            db.execute(
+                "SELECT query_id, left(query, 200) FROM activity_queries "
+                "WHERE query_id IN (SELECT unnest(?))",
+                [ids],
+            ).fetchall()
+        )
+    queries = {
+        sid: (texts.get(q) or f"(query id {q})", share)
+        for sid, (q, share) in leaders.items()
+        if q is not None
+    }
+    return _Activity(aas, {s: (str(w), v) for s, (w, v) in waits.items()}, queries)
 
 
-def _top_queries(db: duckdb.DuckDBPyConnection) -> dict[int, tuple[str, float]]:
-    if not table_exists(db, "activity_queries"):
-        return {}
-    rows = db.execute(
-        f"WITH {_windows_cte()}, per AS (SELECT w.step_id, a.query_id, count(*) AS k "
-        f"FROM activity_samples a JOIN w ON a.ts_us BETWEEN w.lo AND w.hi WHERE {ACTIVE} "
-        f"GROUP BY ALL), top AS (SELECT step_id, arg_max(query_id, k) AS q, "
-        f"max(k) / sum(k) AS share FROM per GROUP BY step_id) "
-        f"SELECT top.step_id, coalesce(left(q.query, 200), '(query id ' || top.q || ')'), "
-        f"top.share FROM top LEFT JOIN activity_queries q ON q.query_id = top.q "
-        f"WHERE top.q IS NOT NULL"
-    ).fetchall()
-    return {int(s): (str(text), float(share)) for s, text, share in rows}
+def _leader(counts: dict[Any, int]) -> tuple[Any, float]:
+    """The key with the most rows (ties: the first in sort order) and its share."""
+    key = min(counts, key=lambda k: (-counts[k], k is None, str(k)))
+    return key, counts[key] / sum(counts.values())
 
 
 def _checkpoints(db: duckdb.DuckDBPyConnection) -> dict[int, float]:
