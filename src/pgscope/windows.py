@@ -65,16 +65,23 @@ LEFT JOIN r ON r.step_id = s.step_id AND r.mark = c.mark
 WHERE s.variant = '{VARIANT}' GROUP BY s.step_id
 """
 
+# Each window once per second it covers: the samples meet it on their second (a hash join
+# that streams 18 M rows; a range join costs rows x windows), its bounds decide at the edges.
+_IN_WINDOW = (
+    "JOIN (SELECT step_id, window_start_us AS lo, window_end_us AS hi, "
+    "unnest(range(window_start_us // 1000000, window_end_us // 1000000 + 1)) AS second "
+    f"FROM steps WHERE variant = '{VARIANT}' AND window_start_us IS NOT NULL "
+    "AND window_end_us IS NOT NULL) w "
+    "ON a.ts_us // 1000000 = w.second AND a.ts_us BETWEEN w.lo AND w.hi"
+)
+
 _CONCURRENCY = f"""
-WITH w AS (
-    SELECT step_id, window_start_us AS lo, window_end_us AS hi FROM steps
-    WHERE variant = '{VARIANT}' AND window_start_us IS NOT NULL
-), samples AS (
+WITH samples AS (
     SELECT w.step_id, count(DISTINCT a.sample_no) AS n
-    FROM activity_samples a JOIN w ON a.ts_us BETWEEN w.lo AND w.hi GROUP BY ALL
+    FROM activity_samples a {_IN_WINDOW} GROUP BY ALL
 ), present AS (
     SELECT w.step_id, a.pid, count(DISTINCT a.sample_no) AS seen
-    FROM activity_samples a JOIN w ON a.ts_us BETWEEN w.lo AND w.hi
+    FROM activity_samples a {_IN_WINDOW}
     WHERE a.backend_type = 'client backend'
       AND coalesce(a.application_name, '') NOT LIKE 'pgscope%'
     GROUP BY ALL
