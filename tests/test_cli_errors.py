@@ -136,6 +136,37 @@ CASES = {
         ExitCode.USAGE,
         "which server? give --dsn, --dsn-file or $PGSCOPE_DSN",
     ),
+    "observe without a server": (
+        lambda t: ["observe", "--results-dir", str(t)],
+        ExitCode.USAGE,
+        "which server? give --dsn, --dsn-file, $PGSCOPE_DSN, --data-dir or --pid",
+    ),
+    "observe with both --data-dir and --pid": (
+        lambda t: ["observe", "--data-dir", str(t), "--pid", "1", "--results-dir", str(t)],
+        ExitCode.USAGE,
+        "--data-dir and --pid: give one of them",
+    ),
+    "observe a data directory that is none": (
+        lambda t: ["observe", "--data-dir", str(t), "--results-dir", str(t / "r")],
+        ExitCode.USAGE,
+        "not a PostgreSQL data directory",
+    ),
+    "observe a process that is no server": (
+        lambda t: ["observe", "--pid", str(os.getpid()), "--results-dir", str(t / "r")],
+        ExitCode.TARGET,
+        "is not a PostgreSQL server",
+    ),
+    "observe an unreachable DSN": (
+        lambda t: [
+            "observe",
+            "--dsn",
+            "host=127.0.0.1 port=1 dbname=x connect_timeout=3",
+            "--results-dir",
+            str(t / "r"),
+        ],
+        ExitCode.TARGET,
+        "cannot connect to",
+    ),
     "unknown option": (lambda t: ["run", "--colour"], ExitCode.USAGE, "No such option"),
     "missing argument": (lambda t: ["report"], ExitCode.USAGE, "Missing argument"),
     "not a run folder": (lambda t: ["report", str(t)], ExitCode.SPEC, "not a pgscope run folder"),

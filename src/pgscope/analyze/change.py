@@ -50,18 +50,30 @@ def _tps(run: RunAnalysis, variant: str, clients: int) -> list[float]:
     ]
 
 
+def _pairs(a: RunAnalysis, b: RunAnalysis) -> list[tuple[str, str]]:
+    """(A's variant, B's) to set side by side: those of one name; and an observation (its
+    one variant, `observed`) against a run's only variant, its windows at N sessions against
+    the steps at N clients."""
+    va, vb = a.scalability.variants(), b.scalability.variants()
+    shared = [(v, v) for v in dict.fromkeys([*va, *vb]) if v in va and v in vb]
+    observing = a.observation is not None or b.observation is not None
+    if not shared and observing and len(va) == 1 and len(vb) == 1:
+        return [(va[0], vb[0])]
+    return shared
+
+
 def _throughput(a: RunAnalysis, b: RunAnalysis) -> list[Comparison]:
     out = []
-    for variant in dict.fromkeys([*a.scalability.variants(), *b.scalability.variants()]):
+    for variant, variant_b in _pairs(a, b):
         for clients in sorted({s.clients for s in a.steps if s.variant == variant}):
-            tps_a, tps_b = _tps(a, variant, clients), _tps(b, variant, clients)
+            tps_a, tps_b = _tps(a, variant, clients), _tps(b, variant_b, clients)
             if not tps_a or not tps_b:
                 continue
             mean_a, mean_b = statistics.fmean(tps_a), statistics.fmean(tps_b)
             interval = welch_interval(tps_b, tps_a)
             out.append(
                 Comparison(
-                    variant,
+                    variant_b,
                     variant,
                     clients,
                     mean_b,
@@ -79,9 +91,9 @@ def _throughput(a: RunAnalysis, b: RunAnalysis) -> list[Comparison]:
 
 def _models(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
     models = []
-    for variant, fit_a in a.scalability.fits.items():
-        fit_b = b.scalability.fits.get(variant)
-        if fit_b is not None:
+    for variant, variant_b in _pairs(a, b):
+        fit_a, fit_b = a.scalability.fits.get(variant), b.scalability.fits.get(variant_b)
+        if fit_a is not None and fit_b is not None:
             models.append(
                 {
                     "variant": variant,

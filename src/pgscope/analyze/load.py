@@ -18,6 +18,7 @@ import duckdb
 from pgscope.analyze import (
     compare,
     heldlocks,
+    observation,
     pgstats,
     profile,
     statements,
@@ -89,6 +90,8 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
     scaling = _scaling(rows, bootstrap, declared)
     steps = [_step(r) for r in rows]
     programs = _traced_programs(db)
+    environment = _environment(store, run, spec)
+    observed = observation.read(db, environment.collectors)
     return RunAnalysis(
         run_id=str(run["run_id"]),
         run_dir=str(run_dir.resolve()),
@@ -100,19 +103,32 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         target=Target(run["target_kind"], run["target_conninfo"], run["server_version"]),
         started_us=run["started_us"],
         ended_us=run["ended_us"],
-        environment=_environment(store, run, spec),
+        environment=environment,
         steps=steps,
         scalability=scaling,
         waits=waits.analyse(db),
         counters=pgstats.per_step(db),
-        timeline=Timeline(timeline.series(db), timeline.dips(db)),
+        timeline=Timeline(_marked(timeline.series(db), observed), timeline.dips(db)),
         locks=_locks(db, steps, programs),
         checkpoints=_checkpoints(db, steps, programs),
         cpu=_cpu(store, scaling),
         variants=_variants(rows, spec, declared),
         statements=statements.read(db),
         held_locks=heldlocks.read(db),
+        observation=observed,
     )
+
+
+def _marked(series: timeline.Series, observed: observation.Observation | None) -> timeline.Series:
+    """An observation's outlying windows, marked on the timeline where they begin."""
+    if observed is None or not observed.outliers:
+        return series
+    marks = [
+        ((w.start_us - series.t0_us) / 1e6, "outlier", f"outlier: window {w.step_id}")
+        for w in observed.windows
+        if w.outlier and w.start_us is not None
+    ]
+    return dataclasses.replace(series, markers=sorted([*series.markers, *marks]))
 
 
 def _scaling(rows: list[dict[str, Any]], bootstrap: int, declared: list[str]) -> ScalingAnalysis:

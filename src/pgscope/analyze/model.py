@@ -23,6 +23,7 @@ from pydantic import TypeAdapter
 
 from pgscope.analyze.compare import Comparison
 from pgscope.analyze.heldlocks import HeldLocks
+from pgscope.analyze.observation import Observation
 from pgscope.analyze.pgstats import StepStats
 from pgscope.analyze.profile import FlameGraph, FunctionTable, HotSpot
 from pgscope.analyze.scaling import ScalingAnalysis
@@ -182,7 +183,7 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class Target:
-    kind: str | None  # "embedded", "dsn", "session"
+    kind: str | None  # "embedded", "server" (by DSN), "local" (a server on this host)
     conninfo: str | None  # without its password
     server_version: str | None
 
@@ -406,6 +407,7 @@ class RunAnalysis:
     variants: Variants
     statements: Statements = field(default_factory=Statements)  # per step, statements, tables
     held_locks: HeldLocks = field(default_factory=HeldLocks)  # per step, relation locks held
+    observation: Observation | None = None  # `pgscope observe`: its windows, layers
     facts: list[FactSheet] = field(default_factory=list)  # per cell, then the run's
     diagnosis: Diagnosis | None = None
 

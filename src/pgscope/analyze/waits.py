@@ -37,6 +37,20 @@ ACTIVE = (
     "AND coalesce(wait_event_type, '') NOT IN ('Activity', 'Extension')))"
 )
 CLIENTS = "backend_type = 'client backend' AND coalesce(application_name, '') NOT LIKE 'pgscope%'"
+# Activity rows inside the steps' measured windows, each with its step's id, variant and
+# clients. Not a range join, whose cost grows with rows x steps (an hour's observation: 18 M
+# rows x 360 windows took minutes), nor an ASOF join, which sorts every row (4.5 GB for those
+# 18 M): each step is listed once per second it covers (a few thousand rows), the samples
+# meet it on their second (a hash join that streams), and the window's bounds decide at the
+# edges.
+IN_WINDOWS = (
+    "(SELECT s.step_id, s.variant, s.clients, a.* FROM activity_samples a "
+    "JOIN (SELECT step_id, variant, clients, window_start_us, window_end_us, "
+    "unnest(range(window_start_us // 1000000, window_end_us // 1000000 + 1)) AS second "
+    "FROM steps WHERE window_start_us IS NOT NULL AND window_end_us IS NOT NULL) s "
+    "ON a.ts_us // 1000000 = s.second "
+    "WHERE a.ts_us BETWEEN s.window_start_us AND s.window_end_us)"
+)
 WAIT_TYPE = "coalesce(wait_event_type, 'CPU')"
 
 
@@ -207,17 +221,15 @@ class ConcurrencyProfile:
 
 def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfile]:
     rows = db.execute(
-        f"SELECT s.variant, s.clients, {WAIT_TYPE}, {WAIT_EVENT}, count(*) AS n "
-        f"FROM activity_samples a JOIN steps s "
-        f"ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us "
+        f"SELECT variant, clients, {WAIT_TYPE}, {WAIT_EVENT}, count(*) AS n "
+        f"FROM {IN_WINDOWS} "
         # Ties broken by name: the same run gives the same document.
-        f"WHERE {ACTIVE} GROUP BY ALL ORDER BY s.variant, s.clients, n DESC, 3, 4"
+        f"WHERE {ACTIVE} GROUP BY ALL ORDER BY variant, clients, n DESC, 3, 4"
     ).fetchall()
     instants = dict(
         ((v, c), int(n))
         for v, c, n in db.execute(
-            "SELECT s.variant, s.clients, count(DISTINCT a.sample_no) FROM activity_samples a "
-            "JOIN steps s ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us GROUP BY ALL"
+            f"SELECT variant, clients, count(DISTINCT sample_no) FROM {IN_WINDOWS} GROUP BY ALL"
         ).fetchall()
     )
     seconds_by = dict(
@@ -230,9 +242,8 @@ def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfil
     )
     states: dict[tuple[str, int], dict[str, int]] = {}
     for variant, clients, state, n in db.execute(
-        f"SELECT s.variant, s.clients, coalesce(a.state, 'unknown'), count(*) "
-        f"FROM activity_samples a JOIN steps s "
-        f"ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us WHERE {CLIENTS} GROUP BY ALL"
+        f"SELECT variant, clients, coalesce(state, 'unknown'), count(*) "
+        f"FROM {IN_WINDOWS} WHERE {CLIENTS} GROUP BY ALL"
     ).fetchall():
         states.setdefault((variant, clients), {})[str(state)] = int(n)
     grouped: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
@@ -465,10 +476,9 @@ def backend_cpu_aas(
     if not has_samples(db):
         return {}
     rows = db.execute(
-        "SELECT s.variant, s.clients, count(*) FILTER (WHERE a.backend_type = ? AND "
-        "a.wait_event_type IS NULL AND a.state IS DISTINCT FROM 'idle') / "
-        "count(DISTINCT a.sample_no) FROM activity_samples a JOIN steps s "
-        "ON a.ts_us BETWEEN s.window_start_us AND s.window_end_us GROUP BY ALL",
+        "SELECT variant, clients, count(*) FILTER (WHERE backend_type = ? AND "
+        "wait_event_type IS NULL AND state IS DISTINCT FROM 'idle') / "
+        f"count(DISTINCT sample_no) FROM {IN_WINDOWS} GROUP BY ALL",
         [backend_type],
     ).fetchall()
     return {(str(v), int(c)): float(a) for v, c, a in rows}

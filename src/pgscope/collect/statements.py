@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 import psycopg
+from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect.base import Availability, Collector, CollectorContext, CollectorEnv, StepInfo
 from pgscope.errors import TargetError
@@ -144,6 +145,16 @@ _EXPLAINABLE = re.compile(r"^\s*(select|with|update|delete|insert)\b", re.IGNORE
 _PARAMETER = re.compile(r"\$(\d+)")
 
 
+class StatementsOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wait_for_load: bool = Field(
+        True,
+        description="at a step's end, wait (2 s at most) for pgbench's sessions to exit and "
+        "flush their table statistics; off where the load is not pgscope's (observe)",
+    )
+
+
 def _has_statements(session: psycopg.Connection[Any]) -> bool:
     row = session.execute(
         "SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements'"
@@ -156,6 +167,9 @@ class StatementsCollector(Collector):
     summary = "pg_stat_statements and per-table statistics, read before and after each step"
     cost = "two readings per step, none during the load"
     default_in_runs = True
+    Options = StatementsOptions
+
+    options: StatementsOptions
 
     @classmethod
     def check(cls, env: CollectorEnv) -> Availability:
@@ -218,7 +232,7 @@ class StatementsCollector(Collector):
 
     def _reading(self, step_id: int, mark: str) -> None:
         with self.ctx.conn.connect(application_name=APPLICATION_NAME) as session:
-            if mark == "end":
+            if mark == "end" and self.options.wait_for_load:
                 _wait_for_clients_to_leave(session)
             ts = now_us()
             tables = session.execute(TABLES_SQL).fetchall()

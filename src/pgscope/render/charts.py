@@ -223,6 +223,9 @@ def waits_vs_clients(result: RunAnalysis, variant: str) -> dict[str, Any] | None
     return _figure(fig, f"Where active time goes, by client count ({variant})")
 
 
+MANY_STEPS = 24  # beyond, the timeline's step bands go unlabelled, drawn in one pass
+
+
 def timeline(series: Series | None) -> dict[str, Any] | None:
     if series is None or not series.tps:
         return None
@@ -265,20 +268,36 @@ def timeline(series: Series | None) -> dict[str, Any] | None:
             row=3,
             col=1,
         )
-    for i, (_, variant, clients, start, end) in enumerate(series.steps):
-        fig.add_vrect(
-            x0=start,
-            x1=end,
-            fillcolor="#6b7280",
-            opacity=0.05 if i % 2 else 0.1,
-            line_width=0,
-            annotation_text=f"{variant} {clients}" if len(series.steps) <= 24 else None,
-            annotation_position="top left",
-            annotation_font_size=9,
-        )
+    if len(series.steps) <= MANY_STEPS:
+        for i, (_, variant, clients, start, end) in enumerate(series.steps):
+            fig.add_vrect(
+                x0=start,
+                x1=end,
+                fillcolor="#6b7280",
+                opacity=0.05 if i % 2 else 0.1,
+                line_width=0,
+                annotation_text=f"{variant} {clients}",
+                annotation_position="top left",
+                annotation_font_size=9,
+            )
+    else:
+        # Each add_vrect re-validates every shape before it: an hour's observation in
+        # 10-s windows (360) took minutes. One band per step across the whole figure, set
+        # at once, unlabelled.
+        fig.update_layout(
+            shapes=[
+                {
+                    "type": "rect", "xref": "x", "yref": "paper", "x0": start, "x1": end,
+                    "y0": 0, "y1": 1, "fillcolor": "#6b7280", "line": {"width": 0},
+                    "opacity": 0.05 if i % 2 else 0.1, "layer": "below",
+                }
+                for i, (_, _, _, start, end) in enumerate(series.steps)
+            ]
+        )  # fmt: skip
     for t, kind, label in series.markers:
-        if kind in ("checkpoint-start", "action"):
-            fig.add_vline(x=t, line={"color": "#111827", "dash": "dot", "width": 1})
+        if kind in ("checkpoint-start", "action", "outlier"):
+            colour = "#dc2626" if kind == "outlier" else "#111827"
+            fig.add_vline(x=t, line={"color": colour, "dash": "dot", "width": 1})
             fig.add_annotation(
                 x=t,
                 y=1,

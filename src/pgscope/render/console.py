@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pgscope.analyze.model import RunAnalysis, Step
+from pgscope.render.observation import print_observation
 from pgscope.render.variants import print_variants
 from pgscope.render.waits import print_waits
 from pgscope.words import human_bytes
@@ -84,8 +85,9 @@ def print_findings(console: Console, result: RunAnalysis) -> None:
 def print_summary(console: Console, result: RunAnalysis) -> None:
     status = result.status
     colour = {"complete": "green", "partial": "yellow"}.get(status, "red")
+    what = "observe" if result.observation is not None else "run"
     console.print(
-        f"[bold]pgscope run {result.run_id}[/bold]  [{colour}]{status}[/{colour}]"
+        f"[bold]pgscope {what} {result.run_id}[/bold]  [{colour}]{status}[/{colour}]"
         + (f" ({result.status_reason})" if result.status_reason else ""),
         highlight=False,
     )
@@ -99,6 +101,8 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
         highlight=False,
     )
     print_findings(console, result)
+    if result.observation is not None:
+        print_observation(console, result.observation, result.started_us)
     for variant in result.scalability.variants():
         table = Table(title=f"variant {variant}", title_justify="left", show_edge=False)
         for name in ("clients", "repeats", "tps", "95% CI", "p50 ms", "p95 ms", "p99 ms"):
@@ -146,7 +150,7 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
     if result.waits is not None:
         print_waits(console, result.waits, result.scalability.variants())
     print_collectors(console, result)
-    failed = [s for s in result.steps if s.status != "ok"]
+    failed = [s for s in result.steps if s.status not in ("ok", "idle")]
     for step in failed[:5]:
         console.print(
             f"[{'yellow' if step.status == 'errors' else 'red'}]step {step.step_id} "

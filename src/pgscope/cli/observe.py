@@ -1,0 +1,275 @@
+"""`pgscope observe`: diagnose a running server's own workload, read-only, every layer."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.live import Live
+
+from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
+from pgscope.cli.options import DSN_SOURCES_HELP, DataDir, DsnFile, ResultsDir, resolve_dsn
+
+if TYPE_CHECKING:
+    from pgscope.session import SessionTarget
+
+LIVE_WINDOW_S = 10
+
+
+@app.command()
+def observe(
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            help="The server to observe (libpq connection string or URI). A role with "
+            "pg_monitor is enough. " + DSN_SOURCES_HELP
+        ),
+    ] = None,
+    dsn_file: DsnFile = None,
+    data_dir: DataDir = None,
+    pid: Annotated[
+        int | None,
+        typer.Option("--pid", help="The server's postmaster PID (it must run on this host)."),
+    ] = None,
+    duration: Annotated[
+        float, typer.Option(help="Seconds to observe.", min=1, max=7 * 86400)
+    ] = 60.0,
+    window: Annotated[
+        float,
+        typer.Option(
+            help="Seconds per window: each gets its commits/s, concurrency, AAS by wait "
+            "class, top waits and queries.",
+            min=1,
+            max=3600,
+        ),
+    ] = 10.0,
+    hz: Annotated[float, typer.Option(help="Wait samples per second.", min=0.1, max=1000)] = 50.0,
+    trace: Annotated[
+        bool,
+        typer.Option(
+            "--trace",
+            help="Also trace the server's static probes with bpftrace (LWLock and lock waits, "
+            "checkpoints). Root and a local server; every cluster of the same binary pays "
+            "the probes' traps while it runs (the report shows what it cost).",
+        ),
+    ] = False,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile",
+            help="Also record on-CPU profiles of the server's processes with perf (root and "
+            "a local server; the report shows what it cost).",
+        ),
+    ] = False,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="A top-like view refreshed each second: AAS by class, top waits, top "
+            "queries over the last 10 s.",
+        ),
+    ] = False,
+    results_dir: ResultsDir = DEFAULT_RESULTS,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the run's document (docs/json.md), as `run` does."),
+    ] = False,
+) -> None:
+    """Diagnose what limits a running server's own workload, read-only, from every layer.
+
+    Samples every session's wait event, reads pg_stat_database/WAL/bgwriter each second and
+    pg_stat_statements and the table statistics at each window's edges, pg_locks once a
+    second, and, where the server runs on this host, its CPU; with --trace and --profile (as
+    root, local server) its static probes and CPU profile too. The time is cut into windows:
+    per window commits/s, concurrency and AAS; findings are judged on the whole observation,
+    an outlying window is marked, and where concurrency varied a USL fit reads the server's
+    scalability curve without a load test.
+
+    Read-only: every session is opened with default_transaction_read_only=on and runs only
+    SELECT, SHOW and SET of its own session parameters; no extension is created, no setting
+    changed. The report says which grant or extension each missing layer needs.
+
+    Windows of 10 s or more read commits/s well: sessions add their commit counts to
+    pg_stat_database when idle, at most once a second, so short windows under a lock queue
+    lag. --data-dir or --pid alone connects as postgres to database postgres over the
+    server's socket; add --dsn to connect otherwise (it must be the same server). More:
+    docs/observe.md.
+
+    \b
+    Examples:
+      pgscope observe --dsn "host=db1 dbname=app user=monitor" --duration 600
+      pgscope observe --data-dir /var/lib/postgresql/15/main --duration 300 --trace --profile
+      pgscope observe --dsn "..." --duration 120 --window 5 --json > observation.json
+      pgscope report results/<run-id> --format html
+    """
+    from pgscope.analyze import waits
+    from pgscope.analyze.load import load_analysis
+    from pgscope.cli.title import safe_command_line
+    from pgscope.collect import offered, registry
+    from pgscope.collect.pgws import PgwsCollector
+    from pgscope.drive.readonly import verify_read_only
+    from pgscope.errors import TargetError
+    from pgscope.render.console import print_summary
+    from pgscope.render.json_doc import run_document
+    from pgscope.render.outputs import write_outputs
+    from pgscope.render.waits import live_view
+    from pgscope.session import collect
+    from pgscope.signals import signals_deferred
+    from pgscope.store import RunStore, now_us
+    from pgscope.target.pgbin import find_binaries
+
+    target = _target(dsn, dsn_file, data_dir, pid)
+    assert target.conn is not None
+    verify_read_only(target.conn)
+    pg = find_binaries(None, need_server=False)
+    err = err_console()
+
+    def say(message: str) -> None:
+        err.print(f"· {message}", highlight=False)
+
+    selection = _selection(target, hz, trace, profile)
+    from pgscope.collect.base import CollectorEnv
+
+    env = CollectorEnv(pg, target.kind, target.conn, os.geteuid() == 0)
+    if PgwsCollector.check(env).ok:
+        selection["pgws"] = {}
+    where = (
+        f"postmaster {target.local.pid} ({target.local.data_dir})"
+        if target.local is not None
+        else target.conn.conninfo()
+    )
+    say(f"observing {where} for {duration:g} s in windows of {window:g} s, read-only")
+
+    view: Live | None = None
+    stores: list[RunStore] = []
+
+    def opened(store: RunStore) -> None:
+        stores.append(store)
+        for name in ("usdt", "perf"):  # what the opt-in layers cost, for the report
+            if name in selection:
+                store.add_event("cost", f"{name}: {registry()[name].cost}")
+
+    def refresh(elapsed: float) -> None:
+        if view is not None and stores:
+            analysis = waits.analyse(stores[0].db, start_us=now_us() - LIVE_WINDOW_S * 1_000_000)
+            view.update(live_view(analysis, elapsed, duration, LIVE_WINDOW_S))
+
+    def progress(elapsed: float) -> None:
+        if int(elapsed) % 30 == 0:
+            say(f"observing: {elapsed:.0f}/{duration:.0f} s")
+
+    if live:
+        view = Live(live_view(None, 0, duration, LIVE_WINDOW_S), console=err, refresh_per_second=2)
+        view.start()
+    try:
+        result = collect(
+            name="observe",
+            selection=selection,
+            target=target,
+            pg=pg,
+            duration_s=duration,
+            results_dir=results_dir,
+            command_line=safe_command_line(["pgscope", *sys.argv[1:]]),
+            say=say,
+            every_second=refresh if live else progress,
+            on_store=opened,
+            window_s=window,
+        )
+    finally:
+        if view is not None:
+            view.stop()
+    with signals_deferred() as late:
+        analysis = load_analysis(result.run_dir)
+        document = run_document(analysis)
+        written = write_outputs(analysis, offered())
+    if late:
+        raise late[0]
+    err.print(f"· report: {written['report.html']}", highlight=False)
+    if as_json:
+        print_json(document)
+    else:
+        print_summary(out_console(), analysis)
+    if result.interrupted is not None:
+        result.interrupted.add_note(f"kept what was observed in {result.run_dir}")
+        raise result.interrupted
+    failed = result.collectors_failed.get("activity")
+    if failed:
+        raise TargetError(f"{failed}; kept what was observed in {result.run_dir}")
+
+
+def _selection(
+    target: SessionTarget, hz: float, trace: bool, profile: bool
+) -> dict[str, dict[str, Any]]:
+    """Every collector that applies to a server pgscope does not own: the SQL ones always,
+    host CPU where the server runs here, kernel tracing and profiles only when asked."""
+    selection: dict[str, dict[str, Any]] = {
+        "activity": {"hz": hz},
+        "pgstats": {},
+        "statements": {"wait_for_load": False},
+        "pglocks": {},
+    }
+    if target.local is not None:
+        selection["host"] = {}
+    if trace:
+        selection["usdt"] = {}
+    if profile:
+        selection["perf"] = {}
+    return selection
+
+
+def _target(
+    dsn: str | None, dsn_file: Path | None, data_dir: Path | None, pid: int | None
+) -> SessionTarget:
+    """The server: by connection string, data directory or postmaster PID (or several, which
+    must agree); a local one found by its port and start time when only --dsn is given."""
+    from pgscope.collect.localserver import local_server_for
+    from pgscope.drive.readonly import guarded
+    from pgscope.errors import UsageError
+    from pgscope.session import SessionTarget
+    from pgscope.target.conn import ConnParams
+    from pgscope.target.local import LocalServer
+
+    text, source = resolve_dsn(dsn, dsn_file)
+    if data_dir is not None and pid is not None:
+        raise UsageError("--data-dir and --pid: give one of them")
+    local = None
+    if data_dir is not None:
+        local = LocalServer.from_data_dir(data_dir.expanduser().absolute())
+    elif pid is not None:
+        local = LocalServer.from_data_dir(_data_dir_of(pid))
+        if local.pid != pid:
+            raise UsageError(f"--pid {pid}: not a postmaster (its server's is {local.pid})")
+    if text is None and local is None:
+        raise UsageError(
+            "which server? give --dsn, --dsn-file, $PGSCOPE_DSN, --data-dir or --pid "
+            "(see: pgscope observe --help)"
+        )
+    conn = ConnParams.from_dsn(text, source) if text is not None else local.conn()  # type: ignore[union-attr]
+    conn = guarded(conn)  # every session pgscope opens is read-only, by the server's rule
+    found = local_server_for(conn)
+    if local is not None and found is not None and found.pid != local.pid:
+        raise UsageError(
+            f"the connection and the local server name different servers (postmasters "
+            f"{found.pid} and {local.pid})"
+        )
+    return SessionTarget(conn, local or found)
+
+
+def _data_dir_of(pid: int) -> Path:
+    from pgscope.errors import TargetError
+
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except FileNotFoundError:
+        raise TargetError(f"--pid {pid}: no such process") from None
+    except PermissionError:
+        raise TargetError(
+            f"--pid {pid}: cannot read its working directory (run as root or as the server's owner)"
+        ) from None
+    if comm != "postgres":
+        raise TargetError(f"--pid {pid}: process {comm!r} is not a PostgreSQL server")
+    return cwd
