@@ -102,10 +102,15 @@ def _cluster_processes(work_dir: Path) -> set[int]:
 
 
 @contextlib.contextmanager
-def slow_writes(work_dir: Path, bytes_per_s: int, every_s: float = 0.2) -> Iterator[None]:
+def slow_writes(
+    work_dir: Path, bytes_per_s: int, every_s: float = 0.2, *, whole_disk_slow: bool = False
+) -> Iterator[None]:
     """Throttle the writes of the clusters under `work_dir` to `bytes_per_s` on their disk
     (a cgroup v1 blkio group the thread keeps their processes in; backends forked later
-    inherit it). Check `slow_writes_unavailable` first."""
+    inherit it). With `whole_disk_slow`, this process joins the group first, so everything it
+    starts (pgscope, the clusters from their first moment) writes slowly, as on a slow disk:
+    otherwise a cluster's first fifth of a second is unthrottled. Check
+    `slow_writes_unavailable` first."""
     group = BLKIO / f"pgscope-test-{uuid.uuid4().hex[:8]}"
     group.mkdir()
 
@@ -118,6 +123,8 @@ def slow_writes(work_dir: Path, bytes_per_s: int, every_s: float = 0.2) -> Itera
         (group / "blkio.throttle.write_bps_device").write_text(
             f"{whole_disk(work_dir)} {bytes_per_s}\n"
         )
+        if whole_disk_slow:
+            (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
         with repeatedly(keep_in_group, every_s):
             yield
     finally:

@@ -238,7 +238,8 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
         why_not = slow_writes_unavailable(work)
         if why_not:
             pytest.skip(f"cannot plant a slow WAL device: {why_not}")
-        planted = slow_writes(work, SLOW_WAL_DEVICE)
+        # From the first moment: the WAL device's probe runs right after the cluster starts.
+        planted = slow_writes(work, SLOW_WAL_DEVICE, whole_disk_slow=True)
     with planted:
         result = pgscope(
             "run",
@@ -251,7 +252,11 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
         )
     doc = run_doc(result)
     diag = diagnosis(doc, case, expected)
-    assert top_finding(diag) == expected, json.dumps(diag["findings"][:3], indent=1)[:3000]
+    peaks = [s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]]
+    shown = {n: f["value"] for p in peaks for n, f in p.items() if n.startswith(("wal.", "wait."))}
+    assert top_finding(diag) == expected, (
+        json.dumps(diag["findings"][:3], indent=1)[:3000] + json.dumps(shown)[:1500]
+    )
     assert not diag["weak"]
     if case == "partition-locks":
         _partition_locks(doc, diag)
