@@ -8,15 +8,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.live import Live
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
-from pgscope.cli.options import DSN_SOURCES_HELP, DataDir, DsnFile, ResultsDir, resolve_dsn
+from pgscope.cli.livewaits import LiveWaits
+from pgscope.cli.options import (
+    DSN_SOURCES_HELP,
+    DataDir,
+    DsnFile,
+    LiveFlag,
+    ResultsDir,
+    resolve_dsn,
+)
 
 if TYPE_CHECKING:
     from pgscope.session import SessionTarget
-
-LIVE_WINDOW_S = 10
 
 
 @app.command()
@@ -64,14 +69,7 @@ def observe(
             "a local server; the report shows what it cost).",
         ),
     ] = False,
-    live: Annotated[
-        bool,
-        typer.Option(
-            "--live",
-            help="A top-like view refreshed each second: AAS by class, top waits, top "
-            "queries over the last 10 s.",
-        ),
-    ] = False,
+    live: LiveFlag = False,
     results_dir: ResultsDir = DEFAULT_RESULTS,
     as_json: Annotated[
         bool,
@@ -105,7 +103,6 @@ def observe(
       pgscope observe --dsn "..." --duration 120 --window 5 --json > observation.json
       pgscope report results/<run-id> --format html
     """
-    from pgscope.analyze import waits
     from pgscope.analyze.load import load_analysis
     from pgscope.cli.title import safe_command_line
     from pgscope.collect import offered, registry
@@ -115,10 +112,9 @@ def observe(
     from pgscope.render.console import print_summary
     from pgscope.render.json_doc import run_document
     from pgscope.render.outputs import write_outputs
-    from pgscope.render.waits import live_view
     from pgscope.session import collect
     from pgscope.signals import signals_deferred
-    from pgscope.store import RunStore, now_us
+    from pgscope.store import RunStore
     from pgscope.target.pgbin import find_binaries
 
     target = _target(dsn, dsn_file, data_dir, pid)
@@ -143,28 +139,18 @@ def observe(
     )
     say(f"observing {where} for {duration:g} s in windows of {window:g} s, read-only")
 
-    view: Live | None = None
-    stores: list[RunStore] = []
-
-    def opened(store: RunStore) -> None:
-        stores.append(store)
-        for name in ("usdt", "perf"):  # what the opt-in layers cost, for the report
-            if name in selection:
-                store.add_event("cost", f"{name}: {registry()[name].cost}")
-
-    def refresh(elapsed: float) -> None:
-        if view is not None and stores:
-            analysis = waits.analyse(stores[0].db, start_us=now_us() - LIVE_WINDOW_S * 1_000_000)
-            view.update(live_view(analysis, elapsed, duration, LIVE_WINDOW_S))
-
     def progress(elapsed: float) -> None:
         if int(elapsed) % 30 == 0:
             say(f"observing: {elapsed:.0f}/{duration:.0f} s")
 
-    if live:
-        view = Live(live_view(None, 0, duration, LIVE_WINDOW_S), console=err, refresh_per_second=2)
-        view.start()
-    try:
+    with LiveWaits(live, duration, err) as view:
+
+        def opened(store: RunStore) -> None:
+            view.opened(store)
+            for name in ("usdt", "perf"):  # what the opt-in layers cost, for the report
+                if name in selection:
+                    store.add_event("cost", f"{name}: {registry()[name].cost}")
+
         result = collect(
             name="observe",
             selection=selection,
@@ -174,13 +160,10 @@ def observe(
             results_dir=results_dir,
             command_line=safe_command_line(["pgscope", *sys.argv[1:]]),
             say=say,
-            every_second=refresh if live else progress,
+            every_second=view.refresh if live else progress,
             on_store=opened,
             window_s=window,
         )
-    finally:
-        if view is not None:
-            view.stop()
     with signals_deferred() as late:
         analysis = load_analysis(result.run_dir)
         document = run_document(analysis)

@@ -34,6 +34,16 @@ DataDir = Annotated[
 ]
 """--data-dir of a server on this host: trace, profile."""
 
+LiveFlag = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="A top-like view refreshed each second: AAS by class, top waits, top "
+        "queries over the last 10 s.",
+    ),
+]
+"""--live, the waits of the last seconds redrawn while collecting: sample, observe."""
+
 PgBin = Annotated[
     Path | None,
     typer.Option(

@@ -8,15 +8,13 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.live import Live
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
-from pgscope.cli.options import DSN_SOURCES_HELP, DsnFile, ResultsDir, resolve_dsn
+from pgscope.cli.livewaits import LiveWaits
+from pgscope.cli.options import DSN_SOURCES_HELP, DsnFile, LiveFlag, ResultsDir, resolve_dsn
 from pgscope.cli.title import safe_command_line
 from pgscope.files import write_atomic
-
-LIVE_WINDOW_S = 10
 
 
 @app.command()
@@ -31,14 +29,7 @@ def sample(
     dsn_file: DsnFile = None,
     duration: Annotated[float, typer.Option(help="Seconds to sample.", min=0.5)] = 30.0,
     hz: Annotated[float, typer.Option(help="Samples per second.", min=0.1, max=1000)] = 50.0,
-    live: Annotated[
-        bool,
-        typer.Option(
-            "--live",
-            help="A top-like view refreshed each second: AAS by class, top waits, top "
-            "queries over the last 10 s.",
-        ),
-    ] = False,
+    live: LiveFlag = False,
     no_pgws: Annotated[
         bool,
         typer.Option("--no-pgws", help="Do not read pg_wait_sampling even where it is installed."),
@@ -60,14 +51,12 @@ def sample(
       pgscope sample --dsn postgresql://monitor@db1/app --live --duration 600
       pgscope sample --dsn "..." --hz 100 --json > profile.json
     """
-    from pgscope.analyze import waits
     from pgscope.analyze.load import load_analysis
     from pgscope.collect.base import CollectorEnv
     from pgscope.collect.pgws import PgwsCollector
     from pgscope.errors import TargetError, UsageError
-    from pgscope.render.waits import live_view, print_waits
+    from pgscope.render.waits import print_waits
     from pgscope.session import SessionTarget, collect
-    from pgscope.store import RunStore, now_us
     from pgscope.target.conn import ConnParams
     from pgscope.target.pgbin import find_binaries
 
@@ -86,21 +75,10 @@ def sample(
         )
     command_line = safe_command_line(["pgscope", *sys.argv[1:]])
 
-    view: Live | None = None
-    stores: list[RunStore] = []
-
-    def refresh(elapsed: float) -> None:
-        if view is not None and stores:
-            analysis = waits.analyse(stores[0].db, start_us=now_us() - LIVE_WINDOW_S * 1_000_000)
-            view.update(live_view(analysis, elapsed, duration, LIVE_WINDOW_S))
-
     def say(message: str) -> None:
         err.print(f"· {message}", highlight=False)
 
-    if live:
-        view = Live(live_view(None, 0, duration, LIVE_WINDOW_S), console=err, refresh_per_second=2)
-        view.start()
-    try:
+    with LiveWaits(live, duration, err) as view:
         result = collect(
             name="sample",
             selection=selection,
@@ -110,12 +88,9 @@ def sample(
             results_dir=results_dir,
             command_line=command_line,
             say=say,
-            every_second=refresh if live else None,
-            on_store=stores.append,
+            every_second=view.refresh if live else None,
+            on_store=view.opened,
         )
-    finally:
-        if view is not None:
-            view.stop()
     run = load_analysis(result.run_dir)
     write_atomic(result.run_dir / "summary.json", json.dumps(_document(run), indent=2))
     if as_json:

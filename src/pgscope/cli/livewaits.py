@@ -1,0 +1,60 @@
+"""The `--live` view of `sample` and `observe`: the last seconds' waits, redrawn each second
+from the run's own store while the collectors write it."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rich.console import Console
+from rich.live import Live
+
+from pgscope.store import RunStore
+
+WINDOW_S = 10  # the view shows the waits of the last this many seconds
+
+
+class LiveWaits:
+    """A context manager: shown while the block runs when `enabled`, else nothing.
+    `opened` is the collection's `on_store` hook, `refresh` its `every_second` hook."""
+
+    def __init__(self, enabled: bool, duration_s: float, console: Console) -> None:
+        self.duration_s = duration_s
+        self.store: RunStore | None = None
+        self.view: Live | None = None
+        if enabled:
+            from pgscope.render.waits import live_view
+
+            self.view = Live(
+                live_view(None, 0, duration_s, WINDOW_S), console=console, refresh_per_second=2
+            )
+
+    def opened(self, store: RunStore) -> None:
+        # A cursor of its own: the collectors write through the run's handle meanwhile (a
+        # shared one failed pgstats' step-edge writes with "unfinished result").
+        self.store = store.writer()
+
+    def refresh(self, elapsed: float) -> None:
+        if self.view is None or self.store is None:
+            return
+        from pgscope.analyze import waits
+        from pgscope.render.waits import live_view
+        from pgscope.store import now_us
+
+        analysis = waits.analyse(self.store.db, start_us=now_us() - WINDOW_S * 1_000_000)
+        self.view.update(live_view(analysis, elapsed, self.duration_s, WINDOW_S))
+
+    def __enter__(self) -> LiveWaits:
+        if self.view is not None:
+            self.view.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.view is not None:
+            self.view.stop()
+        if self.store is not None:
+            self.store.close()  # the cursor only
