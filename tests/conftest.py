@@ -234,7 +234,6 @@ def pgscope(
     *args: str, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a process of its own, as a user would."""
-    global _zygote
     full_env = {**os.environ, **(env or {})}
     if os.environ.get("PGSCOPE_TEST_ZYGOTE") == "0":
         return subprocess.run(
@@ -245,9 +244,22 @@ def pgscope(
             env=full_env,
             cwd=cwd,
         )
+    return _live_zygote().run(list(args), full_env, cwd, timeout)
+
+
+def _live_zygote() -> Zygote:
+    global _zygote
     if _zygote is None or _zygote.proc.poll() is not None:
         _zygote = Zygote()
-    return _zygote.run(list(args), full_env, cwd, timeout)
+    return _zygote
+
+
+def cli_processes() -> list[int]:
+    """The processes that start pgscope's CLI: this one and the zygote that forks `pgscope`'s
+    runs (started now if it is not yet, so that it exists before anything joins a group)."""
+    if os.environ.get("PGSCOPE_TEST_ZYGOTE") == "0":
+        return [os.getpid()]
+    return [os.getpid(), _live_zygote().proc.pid]
 
 
 def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
@@ -103,14 +103,14 @@ def _cluster_processes(work_dir: Path) -> set[int]:
 
 @contextlib.contextmanager
 def slow_writes(
-    work_dir: Path, bytes_per_s: int, every_s: float = 0.2, *, whole_disk_slow: bool = False
+    work_dir: Path, bytes_per_s: int, every_s: float = 0.2, *, starters: Iterable[int] = ()
 ) -> Iterator[None]:
     """Throttle the writes of the clusters under `work_dir` to `bytes_per_s` on their disk
     (a cgroup v1 blkio group the thread keeps their processes in; backends forked later
-    inherit it). With `whole_disk_slow`, this process joins the group first, so everything it
-    starts (pgscope, the clusters from their first moment) writes slowly, as on a slow disk:
-    otherwise a cluster's first fifth of a second is unthrottled. Check
-    `slow_writes_unavailable` first."""
+    inherit it). The `starters` (the processes that start pgscope: conftest.cli_processes)
+    join the group first, so everything they start (pgscope, the clusters from their first
+    moment) writes slowly, as on a slow disk: otherwise a cluster's first fifth of a second is
+    unthrottled. Check `slow_writes_unavailable` first."""
     group = BLKIO / f"pgscope-test-{uuid.uuid4().hex[:8]}"
     group.mkdir()
 
@@ -123,8 +123,8 @@ def slow_writes(
         (group / "blkio.throttle.write_bps_device").write_text(
             f"{whole_disk(work_dir)} {bytes_per_s}\n"
         )
-        if whole_disk_slow:
-            (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+        for pid in starters:
+            (group / "cgroup.procs").write_text(f"{pid}\n")
         with repeatedly(keep_in_group, every_s):
             yield
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import diagnosis, pgscope, run_doc, top_finding
+from tests.conftest import cli_processes, diagnosis, pgscope, run_doc, top_finding
 from tests.plant import busy_neighbours, cold_page_cache, slow_writes, slow_writes_unavailable
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
@@ -239,7 +239,7 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
         if why_not:
             pytest.skip(f"cannot plant a slow WAL device: {why_not}")
         # From the first moment: the WAL device's probe runs right after the cluster starts.
-        planted = slow_writes(work, SLOW_WAL_DEVICE, whole_disk_slow=True)
+        planted = slow_writes(work, SLOW_WAL_DEVICE, starters=cli_processes())
     with planted:
         result = pgscope(
             "run",

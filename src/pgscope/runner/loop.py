@@ -79,17 +79,7 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
                 ) from None
             continue
         drivers = [ctx.pgbench, *activate_instances(ctx, step)]
-        threads = spec.pgbench_threads(step.clients, ctx.cores)
-        store.begin_step(
-            step.step_id,
-            step.variant,
-            step.clients,
-            step.repeat,
-            threads,
-            spec.duration,
-            spec.warmup,
-            restarted,
-        )
+        _begin(ctx, step, restarted)
         reporter.step_started(step, len(ctx.steps), seconds)
         info = StepInfo(step.step_id, step.variant, step.clients, step.repeat)
         ctx.collectors.step_started(info)
@@ -199,14 +189,8 @@ def _prepare(
     return restarted, bench_cpus
 
 
-def _fail_before_load(ctx: RunContext, step: PlannedStep, exc: psycopg.Error) -> None:
-    """Record `step` as failed before its load began, with the server's own words."""
-    cluster = ctx.servers.cluster
-    lines = str(exc).strip().splitlines()
-    reason = exc.diag.message_primary or (lines[0] if lines else type(exc).__name__)
-    if cluster is not None:
-        reason = f"{reason}; server log: {cluster.complaint()}"
-    error = f"the server failed before the load: {reason}"
+def _begin(ctx: RunContext, step: PlannedStep, restarted: bool) -> None:
+    """The step's row in the store, as planned; its end fills in the rest."""
     spec = ctx.spec
     ctx.store.begin_step(
         step.step_id,
@@ -216,8 +200,19 @@ def _fail_before_load(ctx: RunContext, step: PlannedStep, exc: psycopg.Error) ->
         spec.pgbench_threads(step.clients, ctx.cores),
         spec.duration,
         spec.warmup,
-        False,
+        restarted,
     )
+
+
+def _fail_before_load(ctx: RunContext, step: PlannedStep, exc: psycopg.Error) -> None:
+    """Record `step` as failed before its load began, with the server's own words."""
+    cluster = ctx.servers.cluster
+    lines = str(exc).strip().splitlines()
+    reason = exc.diag.message_primary or (lines[0] if lines else type(exc).__name__)
+    if cluster is not None:
+        reason = f"{reason}; server log: {cluster.complaint()}"
+    error = f"the server failed before the load: {reason}"
+    _begin(ctx, step, restarted=False)
     ctx.store.finish_step(step.step_id, "failed", error, {})
     ctx.store.add_event("step-failed", error, step.step_id)
     ctx.reporter.step_finished(step, None, error, "failed")
