@@ -1,15 +1,20 @@
-"""Files written whole or not at all: a failure or a Ctrl-C mid-write keeps the old file."""
+"""Files written whole or not at all: a failure or a Ctrl-C mid-write keeps the old file; a
+scratch tree is removed even while a straggler still writes into it."""
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pgscope.errors import EnvironmentProblem
-from pgscope.files import write_atomic
+from pgscope.files import remove_tree, write_atomic
 
 
 def test_a_write_replaces_the_file_whole(tmp_path: Path) -> None:
@@ -45,3 +50,48 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_one(
             write_atomic(target, "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+# A process that outlived its postmaster: it keeps creating files in the cluster's folders for
+# a while, as an orphaned backend does, then exits.
+STRAGGLER = """
+import os, sys, time
+root = sys.argv[1]
+end = time.monotonic() + float(sys.argv[2])
+i = 0
+while time.monotonic() < end:
+    i += 1
+    try:
+        open(os.path.join(root, "base", "1", str(i)), "w").close()
+    except FileNotFoundError:  # its folder is gone already
+        pass
+"""
+
+
+def _straggling_tree(root: Path, for_s: float) -> subprocess.Popen[bytes]:
+    (root / "base" / "1").mkdir(parents=True)
+    for j in range(300):
+        (root / "base" / "1" / f"old{j}").touch()
+    proc = subprocess.Popen([sys.executable, "-c", STRAGGLER, str(root), str(for_s)])
+    time.sleep(0.2)  # it writes by now
+    return proc
+
+
+def test_a_tree_with_a_straggling_writer_is_removed_once_the_writer_stops(
+    tmp_path: Path,
+) -> None:
+    # The control: one rmtree while the writer runs leaves the tree (what left a cluster's
+    # directory behind).
+    control = tmp_path / "control"
+    proc = _straggling_tree(control, 0.5)
+    shutil.rmtree(control, ignore_errors=True)
+    left = control.exists()
+    proc.wait(timeout=10)
+    assert left, "one rmtree raced the writer and lost"
+    root = tmp_path / "cluster"
+    proc = _straggling_tree(root, 0.5)
+    try:
+        assert remove_tree(root, within_s=5.0)
+    finally:
+        proc.wait(timeout=10)
+    assert not root.exists()

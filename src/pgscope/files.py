@@ -1,4 +1,5 @@
-"""Files pgscope writes whole (summaries, reports): all of the new one, or the old one intact.
+"""Files pgscope writes whole (summaries, reports): all of the new one, or the old one intact;
+and scratch trees removed whole.
 
 A plain `write_text` truncates first: on a full or read-only disk it left an empty
 summary.json behind, which readers then took for a broken run.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import time
 from pathlib import Path
 
 from pgscope.errors import EnvironmentProblem
@@ -37,3 +40,16 @@ def write_atomic(path: Path, text: str) -> Path:
 def _discard(temp: Path) -> None:
     with contextlib.suppress(OSError):
         temp.unlink()
+
+
+def remove_tree(path: Path, within_s: float = 5.0) -> bool:
+    """Remove `path` and everything in it; True when it is gone. One `rmtree` is not enough
+    for a cluster's directory: a server process that outlived its postmaster (killed after a
+    shutdown that timed out) can still create files while the tree is removed, and the
+    directory stayed behind (once, in a suite run on a host loaded by other work)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists() or time.monotonic() > deadline:
+            return not path.exists()
+        time.sleep(0.1)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from pgscope.files import remove_tree
 
 MARKER = ".pgscope-owner"
 PREFIX = "pgscope-"
@@ -111,4 +112,4 @@ def remove(leftover: Leftover, grace_s: float = 10) -> None:
     for pid in leftover.servers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(leftover.path, ignore_errors=True)
+    remove_tree(leftover.path)

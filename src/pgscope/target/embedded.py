@@ -35,6 +35,7 @@ import psycopg
 from psycopg import sql
 
 from pgscope.errors import EnvironmentProblem, SpecError, TargetError
+from pgscope.files import remove_tree
 from pgscope.host import memory_bytes
 from pgscope.leftovers import claim
 from pgscope.proc import RunAs, child_pids, kill_tree, spawn, wait_until
@@ -443,7 +444,7 @@ class EmbeddedCluster:
                 self._log_file.close()
                 self._log_file = None
             if self.root is not None and self.root.exists():
-                shutil.rmtree(self.root, ignore_errors=True)
+                remove_tree(self.root)
             self.root = None
 
     # -- settings ---------------------------------------------------------------------------
