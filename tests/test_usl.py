@@ -64,6 +64,16 @@ def test_amdahl_data_prefers_amdahl_and_says_contention() -> None:
     assert abs(fit.sigma - 0.1) < 0.01
 
 
+def test_throughput_that_falls_from_the_first_client_is_not_called_a_share_above_100() -> None:
+    n = np.array([1, 2, 4, 8, 16], dtype=float)
+    x = usl(n, 1000, 1.3, 0.0) * (1 + np.array([0.01, -0.01, 0.02, -0.02, 0.01]))
+    fit = fit_usl(list(n), list(x), bootstrap=0)
+    assert fit.best_model == "amdahl" and fit.models["amdahl"].params["sigma"] > 1
+    text = fit.describe()
+    assert text.startswith("throughput does not grow with clients"), text
+    assert "serialised," not in text and "%" not in text.split("(amdahl")[0], text
+
+
 def test_linear_data_prefers_linear() -> None:
     n = np.array([1, 2, 3, 4, 5, 6, 7, 8], dtype=float)
     x = 100 * n * (1 + 0.001 * np.cos(n))

@@ -174,7 +174,9 @@ def _scaling_facts(
         )
     fit = analysis.scalability.fits.get(variant)
     if fit is not None:
-        sheet.add("usl.sigma", fit.sigma, "share", "usl", "USL contention σ (serialised share)")
+        # A coefficient like κ, not a share: the fit lets it pass 1 (throughput falling from
+        # the first client), where "131% serialised" would mean nothing.
+        sheet.add("usl.sigma", fit.sigma, "coefficient", "usl", "USL contention σ")
         sheet.add("usl.kappa", fit.kappa, "coefficient", "usl", "USL coherency κ")
         if fit.n_star is not None:
             sheet.add("usl.n_star", fit.n_star, "clients", "usl", "USL peak N*")

@@ -116,7 +116,15 @@ class UslFit:
                 )
         elif self.best_model == "amdahl" or self.n_star is None:
             amdahl = self.models["amdahl"].params
-            if amdahl["sigma"] > 0:
+            if amdahl["sigma"] >= 1:
+                # Amdahl's σ is a serial share only up to 1; beyond it X(N) falls from the
+                # first client on, and "131% serialised" would be a number without a meaning.
+                text = (
+                    "throughput does not grow with clients: from the first, each added client "
+                    "costs more than it brings (Amdahl σ ≥ 1, wholly serialised and worse); "
+                    "the most was measured at the fewest clients"
+                )
+            elif amdahl["sigma"] > 0:
                 text = (
                     f"contention-limited (Amdahl): {amdahl['sigma']:.1%} serialised, "
                     f"throughput approaches λ/σ≈{amdahl['lambda'] / amdahl['sigma']:,.0f} tps"
