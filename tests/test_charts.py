@@ -46,13 +46,41 @@ def _analysis(tmp_path: Path, cells: list[tuple[int, float]]) -> Any:
     )
 
 
-def test_the_clients_axis_ticks_at_the_measured_counts_only(tmp_path: Path) -> None:
-    analysis = _analysis(tmp_path, [(1, 100.0), (2, 190.0), (1, 102.0), (2, 185.0)])
-    for figure in (charts.scalability(analysis), charts.latency(analysis)):
-        assert figure is not None
-        axis = figure["layout"]["xaxis"]
-        assert axis["title"]["text"] == "clients"
-        assert axis["tickmode"] == "array" and list(axis["tickvals"]) == [1, 2]
+def test_the_clients_axis_shows_the_measured_counts_only(tmp_path: Path) -> None:
+    analysis = _analysis(tmp_path, [(2, 190.0), (10, 700.0), (2, 185.0), (10, 690.0)])
+    throughput, latency = charts.scalability(analysis), charts.latency(analysis)
+    assert throughput is not None and latency is not None
+    # Throughput: numeric, for the USL curve between the counts, ticked at them only.
+    axis = throughput["layout"]["xaxis"]
+    assert axis["title"]["text"] == charts.CLIENTS_TITLE
+    assert axis["type"] == "linear"
+    assert axis["tickmode"] == "array" and list(axis["tickvals"]) == [2, 10]
+    # Latency: categories in numeric order ("10" after "2", not before it as text sorts).
+    axis = latency["layout"]["xaxis"]
+    assert axis["title"]["text"] == charts.CLIENTS_TITLE
+    assert axis["type"] == "category" and list(axis["categoryarray"]) == ["2", "10"]
+    assert {tuple(t["x"]) for t in latency["data"]} == {("2", "10")}
+
+
+def test_timeline_lines_stop_between_steps_and_pgscopes_checkpoints_are_its_own() -> None:
+    from pgscope.analyze.timeline import Series
+
+    steps = [(1, "base", 1, 0.0, 4.2), (2, "base", 2, 7.0, 11.2)]
+    per_second = [(t, 100.0) for t in (1.0, 2.0, 3.0, 4.0, 8.0, 9.0, 10.0, 11.0)]
+    markers = [
+        (5.5, "pgscope-checkpoint", "CHECKPOINT before step 2, took 40 ms"),
+        (9.5, "checkpoint-start", "checkpoint starting: time at 9.5 s"),
+    ]
+    figure = charts.timeline(Series(0, steps, per_second, per_second, {}, markers))
+    assert figure is not None
+    tps = next(t for t in figure["data"] if t["name"] == "tps")
+    nulls = [i for i, y in enumerate(tps["y"]) if y is None]
+    assert len(nulls) == 1 and tps["x"][nulls[0] - 1] == 4.0 and tps["x"][nulls[0] + 1] == 8.0
+    own = [t for t in figure["data"] if t["name"] == "pgscope's CHECKPOINT before a step"]
+    assert len(own) == 1 and 5.5 in own[0]["x"]
+    # The server's checkpoint keeps its dotted line and label; pgscope's is not among them.
+    lines = {s["x0"] for s in figure["layout"]["shapes"] if s["type"] == "line"}
+    assert lines == {9.5}  # one per panel
 
 
 GOOD = [(1, 100.0), (2, 190.0), (4, 340.0), (8, 500.0), (16, 560.0)]

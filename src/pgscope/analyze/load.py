@@ -288,8 +288,12 @@ def _checkpoints(
 ) -> Checkpoints:
     if not usdt.has_usdt(db):
         return Checkpoints(False, [])
+    own = _own_checkpoints(db, steps)
     items = []
     for ckpt in usdt.checkpoints(db):
+        before = next(
+            (step_id for issued, until, step_id in own if issued <= ckpt.start_us <= until), None
+        )
         step = next(
             (
                 s
@@ -306,9 +310,24 @@ def _checkpoints(
                 step.variant if step else None,
                 step.clients if step else None,
                 ckpt,
+                before,
             )
         )
     return Checkpoints("checkpoint" in programs, items)
+
+
+def _own_checkpoints(
+    db: duckdb.DuckDBPyConnection, steps: list[Step]
+) -> list[tuple[int, int, int]]:
+    """(issued, until, step) of each CHECKPOINT pgscope ran before a step: a checkpoint that
+    starts from its issue to that step's start (a minute, if the step never started) is it."""
+    started = {s.step_id: s.started_us for s in steps}
+    return [
+        (int(issued), int(started.get(step_id) or issued + 60_000_000), int(step_id))
+        for issued, step_id in db.execute(
+            "SELECT ts_us, step_id FROM events WHERE kind = 'pgscope-checkpoint' ORDER BY ts_us"
+        ).fetchall()
+    ]
 
 
 def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:

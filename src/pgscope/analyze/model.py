@@ -333,6 +333,9 @@ class StepCheckpoint:
     variant: str | None
     clients: int | None
     checkpoint: Checkpoint
+    # pgscope's own CHECKPOINT before this step (its `pgscope-checkpoint` event), not one the
+    # server or an action started; None for those, and in stores recorded before the event.
+    before_step: int | None = None
 
 
 @dataclass(frozen=True)
