@@ -27,7 +27,7 @@ from pgscope.analyze import (
     waits,
 )
 from pgscope.analyze.absence import absent_evidence
-from pgscope.analyze.diagnose import diagnose
+from pgscope.analyze.diagnose import diagnose, without_steps
 from pgscope.analyze.facts import extract
 from pgscope.analyze.model import (
     Checkpoints,
@@ -66,6 +66,10 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
         ) from None
     sheets = extract(measured)
     diagnosis = diagnose(sheets, absence=absent_evidence(measured))
+    if not measured.steps and measured.observation is None:  # sample, trace, profile
+        entries = measured.waits.overall.entries[:3] if measured.waits else []
+        verdict = without_steps(measured.command, [(e.label, e.share) for e in entries])
+        diagnosis = dataclasses.replace(diagnosis, verdict=verdict)
     return dataclasses.replace(measured, facts=sheets, diagnosis=diagnosis)
 
 

@@ -422,6 +422,16 @@ class RunAnalysis:
     def folder(self) -> Path:
         return Path(self.run_dir)
 
+    @property
+    def command(self) -> str:
+        """The pgscope command that made the run: `run`, `observe`, or a session that ran no
+        load (`sample`, `trace lwlock`, `profile`: the session's name)."""
+        if self.observation is not None:
+            return "observe"
+        if self.steps or not self.recipe:
+            return "run"
+        return self.recipe.replace("-", " ", 1)
+
     def cell_sheets(self) -> list[FactSheet]:
         return [s for s in self.facts if s.variant is not None]
 

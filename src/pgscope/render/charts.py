@@ -397,8 +397,8 @@ def lwlock_histograms(summaries: list[Any]) -> dict[str, Any] | None:
 
 def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
     """A waterfall of each traced checkpoint's phases (ms from its start), each named by who
-    started it: the server (its log's reason), or pgscope before a step. The server's come
-    first: they are what a reader looks for; pgscope's own fill what room is left."""
+    started it: the server (for its own reasons), a CHECKPOINT command (an action's), or
+    pgscope before a step. pgscope's own come last: the others are what a reader looks for."""
     traced = [item for item in items if item.checkpoint.phases]
     shown = sorted(traced, key=lambda item: item.before_step is not None)[:4]
     if not shown:
@@ -406,11 +406,12 @@ def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
     fig = go.Figure()
     for i, item in enumerate(shown):
         ckpt = item.checkpoint
-        who = (
-            f"pgscope's, before step {item.before_step}"
-            if item.before_step is not None
-            else f"server: {ckpt.flags_text}"[:30]
-        )
+        if item.before_step is not None:
+            who = f"pgscope's, before step {item.before_step}"
+        elif "immediate" in ckpt.flags_text:  # a CHECKPOINT command: an action's, a user's
+            who = f"requested: {ckpt.flags_text}"[:32]
+        else:  # the server's own reasons: time, wal, shutdown ...
+            who = f"server: {ckpt.flags_text}"[:32]
         for phase in ckpt.phases:
             fig.add_trace(
                 go.Bar(
