@@ -66,7 +66,7 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
         ) from None
     sheets = extract(measured)
     diagnosis = diagnose(sheets, absence=absent_evidence(measured))
-    if not measured.steps and measured.observation is None:  # sample, trace, profile
+    if measured.session:
         entries = measured.waits.overall.entries[:3] if measured.waits else []
         verdict = without_steps(measured.command, [(e.label, e.share) for e in entries])
         diagnosis = dataclasses.replace(diagnosis, verdict=verdict)

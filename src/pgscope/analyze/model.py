@@ -386,6 +386,9 @@ class Variants:
     comparisons: list[Comparison]  # each variant against the baseline, per client count
 
 
+SESSIONS = ("sample", "trace", "profile")  # commands that collect without driving load
+
+
 @dataclass(frozen=True)
 class RunAnalysis:
     run_id: str
@@ -424,13 +427,17 @@ class RunAnalysis:
 
     @property
     def command(self) -> str:
-        """The pgscope command that made the run: `run`, `observe`, or a session that ran no
-        load (`sample`, `trace lwlock`, `profile`: the session's name)."""
-        if self.observation is not None:
-            return "observe"
-        if self.steps or not self.recipe:
-            return "run"
-        return self.recipe.replace("-", " ", 1)
+        """The pgscope command that made the run, from its command line: `run`, `observe`,
+        or a session that ran no load (`sample`, `trace`, `profile`)."""
+        words = [w for w in (self.command_line or "").split()[1:] if not w.startswith("-")]
+        if words and words[0] in ("run", "observe", *SESSIONS):
+            return words[0]
+        return "observe" if self.observation is not None else "run"
+
+    @property
+    def session(self) -> bool:
+        """Collectors for a fixed time, no load steps: nothing the rules judge."""
+        return self.command in SESSIONS
 
     def cell_sheets(self) -> list[FactSheet]:
         return [s for s in self.facts if s.variant is not None]
