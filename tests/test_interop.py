@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pgscope.store import RunMeta, RunStore
+from tests.conftest import pgscope
 
 if TYPE_CHECKING:
     from pgscope.analyze.model import RunAnalysis
@@ -227,11 +228,7 @@ def test_export_writes_every_table_of_a_real_run(
 
     run_dir = reference_run[0]
     out = tmp_path / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "pgscope", "export", str(run_dir), "--format", fmt,
-         "--out", str(out), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = pgscope("export", str(run_dir), "--format", fmt, "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     listed = json.loads(result.stdout)
     tables = _store_tables(run_dir)
@@ -250,16 +247,10 @@ def test_export_writes_every_table_of_a_real_run(
 
 def test_export_defaults_to_the_run_folder_and_says_what_it_wrote(tmp_path: Path) -> None:
     run = _small_run(tmp_path / "20261124-000000-scaling-0000")
-    result = subprocess.run(
-        [sys.executable, "-m", "pgscope", "export", str(run)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = pgscope("export", str(run))
     assert result.returncode == 0, result.stderr
     tables = _store_tables(run)
     assert sorted(p.name for p in (run / "export").iterdir()) == sorted(f"{t}.csv" for t in tables)
     assert f"{run / 'export' / 'steps.csv'}  1 row" in result.stdout.splitlines()
-    bad = subprocess.run(
-        [sys.executable, "-m", "pgscope", "export", str(run), "--format", "xlsx"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    bad = pgscope("export", str(run), "--format", "xlsx")
     assert bad.returncode == 2 and "--format 'xlsx': expected csv or parquet" in bad.stderr
