@@ -65,22 +65,34 @@ def test_the_clients_axis_shows_the_measured_counts_only(tmp_path: Path) -> None
 def test_timeline_lines_stop_between_steps_and_pgscopes_checkpoints_are_its_own() -> None:
     from pgscope.analyze.timeline import Series
 
-    steps = [(1, "base", 1, 0.0, 4.2), (2, "base", 2, 7.0, 11.2)]
-    per_second = [(t, 100.0) for t in (1.0, 2.0, 3.0, 4.0, 8.0, 9.0, 10.0, 11.0)]
+    # Step 2 begins 0.1 s after step 1 ends; step 3 seconds after step 2.
+    steps = [(1, "base", 1, 0.0, 4.6), (2, "base", 2, 4.7, 8.2), (3, "base", 4, 11.0, 15.2)]
+    seconds = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 12.0, 13.0, 14.0, 15.0)
+    per_second = [(t, 100.0) for t in seconds]
     markers = [
-        (5.5, "pgscope-checkpoint", "CHECKPOINT before step 2, took 40 ms"),
-        (9.5, "checkpoint-start", "checkpoint starting: time at 9.5 s"),
+        (9.5, "pgscope-checkpoint", "CHECKPOINT before step 3, took 40 ms"),
+        (13.5, "checkpoint-start", "checkpoint starting: time at 13.5 s"),
     ]
-    figure = charts.timeline(Series(0, steps, per_second, per_second, {}, markers))
+    series = Series(0, steps, per_second, per_second, {}, markers)
+    figure = charts.timeline(series)
     assert figure is not None
-    tps = next(t for t in figure["data"] if t["name"] == "tps")
-    nulls = [i for i, y in enumerate(tps["y"]) if y is None]
-    assert len(nulls) == 1 and tps["x"][nulls[0] - 1] == 4.0 and tps["x"][nulls[0] + 1] == 8.0
+    for name in ("tps", "p95 ms"):
+        line = next(t for t in figure["data"] if t["name"] == name)
+        breaks = [
+            (line["x"][i - 1], line["x"][i + 1]) for i, y in enumerate(line["y"]) if y is None
+        ]
+        assert breaks == [(4.0, 5.0), (8.0, 12.0)], (name, breaks)
     own = [t for t in figure["data"] if t["name"] == "pgscope's CHECKPOINT before a step"]
-    assert len(own) == 1 and 5.5 in own[0]["x"]
+    assert len(own) == 1 and 9.5 in own[0]["x"]
     # The server's checkpoint keeps its dotted line and label; pgscope's is not among them.
     lines = {s["x0"] for s in figure["layout"]["shapes"] if s["type"] == "line"}
-    assert lines == {9.5}  # one per panel
+    assert lines == {13.5}  # one per panel
+    # An observation's windows are slices of one workload: its lines run on across them,
+    # and break only where seconds are missing.
+    observed = charts.timeline(series, observed=True)
+    assert observed is not None
+    tps = next(t for t in observed["data"] if t["name"] == "tps")
+    assert [tps["x"][i - 1] for i, y in enumerate(tps["y"]) if y is None] == [8.0]
 
 
 GOOD = [(1, 100.0), (2, 190.0), (4, 340.0), (8, 500.0), (16, 560.0)]

@@ -232,24 +232,25 @@ OWN_CHECKPOINT_COLOUR = "#9ca3af"
 
 
 def _step_gaps(steps: list[tuple[int, str, int, float, float]]) -> list[tuple[float, float]]:
-    """The stretches between one step's end and the next one's start (set-up, pgscope's
-    CHECKPOINT); windows of an observation follow each other and leave none."""
+    """From each step's end to the next one's start: a run's steps are separate experiments
+    (another client count, pgbench started anew), even where one follows the next within
+    milliseconds, so no line joins the last second of one to the first of the next."""
     spans = sorted((start, end) for _, _, _, start, end in steps)
-    return [(end, nxt) for (_, end), (nxt, _) in itertools.pairwise(spans) if nxt > end + 0.5]
+    return [(end, nxt) for (_, end), (nxt, _) in itertools.pairwise(spans)]
 
 
 def _broken_line(
     points: list[tuple[float, float]], gaps: list[tuple[float, float]]
 ) -> tuple[list[float], list[float | None]]:
     """x and y of a line that stops where nothing was measured: between two points further
-    apart than GAP_S, and across the time between steps. plotly draws a straight line from
-    one point to the next unless a null y lies between them."""
+    apart than GAP_S, and across the boundaries between steps. plotly draws a straight line
+    from one point to the next unless a null y lies between them."""
     xs: list[float] = []
     ys: list[float | None] = []
     for t, value in points:
         if xs:
             before = xs[-1]
-            if t - before > GAP_S or any(before < high and t > low for low, high in gaps):
+            if t - before > GAP_S or any(before <= high and t >= low for low, high in gaps):
                 xs.append((before + t) / 2)
                 ys.append(None)
         xs.append(t)
@@ -257,12 +258,14 @@ def _broken_line(
     return xs, ys
 
 
-def timeline(series: Series | None) -> dict[str, Any] | None:
+def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any] | None:
+    """Throughput, p95 latency and active sessions over the run. `observed`: the steps are an
+    observation's windows, slices of one workload, and its lines run on across them."""
     if series is None or not series.tps:
         return None
     rows = 3 if series.aas else 2
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06)
-    gaps = _step_gaps(series.steps)
+    gaps = [] if observed else _step_gaps(series.steps)
     for row, (points, colour, name) in enumerate(
         ((series.tps, PALETTE[0], "tps"), (series.p95_ms, PALETTE[1], "p95 ms")), start=1
     ):
@@ -273,12 +276,12 @@ def timeline(series: Series | None) -> dict[str, Any] | None:
             col=1,
         )
     for cls, points in sorted(series.aas.items()):
-        # Sampling goes on between steps: only time with no samples breaks these areas.
-        xs, ys = _broken_line(points, [])
+        # Sampling goes on between steps, so these areas run on (a null in a stacked area
+        # would be drawn as a dive to zero, which no sample showed).
         fig.add_trace(
             go.Scatter(
-                x=xs,
-                y=ys,
+                x=[t for t, _ in points],
+                y=[v for _, v in points],
                 mode="lines",
                 stackgroup="aas",
                 name=f"AAS {cls}",

@@ -91,7 +91,9 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
         "scalability": charts.scalability(analysis),
         "latency": charts.latency(analysis),
         "variants": charts.variants(analysis),
-        "timeline": charts.timeline(analysis.timeline.series),
+        "timeline": charts.timeline(
+            analysis.timeline.series, observed=analysis.observation is not None
+        ),
         "lwlocks": charts.lwlock_histograms(locks.lwlocks),
         "checkpoints": charts.checkpoint_phases(checkpoints.items),
     }
