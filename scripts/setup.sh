@@ -73,3 +73,19 @@ for major in ${PGSCOPE_PG_SERVERS-16 17 18}; do
     cp "$requirements" "$folder/.installed"
   fi
 done
+
+# The DuckDB CLI the README names (scripts/duckdb-cli.txt, version and sha256 pinned): a
+# program, not a library, so it goes into a folder of its own like the servers above. The
+# tests open a run's store with it, which shows that the store's storage version is one that
+# CLI reads. .tools/duckdb-cli/bin/duckdb is the binary.
+requirements="scripts/duckdb-cli.txt"
+folder=".tools/duckdb-cli"
+if [[ ! -f "$folder/.installed" ]] || ! cmp -s "$requirements" "$folder/.installed"; then
+  echo "setup: installing the DuckDB CLI into $folder" >&2
+  rm -rf "$folder"
+  UV_PYTHON_DOWNLOADS=never .tools/bin/uv pip install --quiet --no-deps --require-hashes \
+    --python .venv/bin/python --target "$folder/site" -r "$requirements"
+  mkdir -p "$folder/bin"
+  ln -sfn ../site/duckdb_cli/duckdb "$folder/bin/duckdb"
+  cp "$requirements" "$folder/.installed"
+fi

@@ -30,3 +30,42 @@ def measured_run(
     store.finish_run("complete", None)
     store.close()
     return run_dir
+
+
+def sampled_session(run_dir: Path, lock_share: float) -> Path:
+    """A `pgscope sample` session as the activity collector leaves it (its own tables), no
+    steps: 300 samples of 8 active sessions, `lock_share` of them waiting on a row lock's
+    transaction, the others on CPU."""
+    from pgscope.collect.activity import SCHEMA
+
+    store = RunStore.create(
+        run_dir,
+        RunMeta(run_dir.name, "sample", "pgscope sample", "", "{}", "pgscope sample", "0",
+                "server", "host=db1", HOST),
+    )  # fmt: skip
+    store.set_collector("activity", True, None, {"hz": 50})
+    store.collector_started("activity")
+    store.ensure_schema(SCHEMA)
+    start, rows = 1_700_000_000_000_000, []
+    for n in range(1, 301):
+        for pid in range(8):
+            waiting = (n * 8 + pid) % 100 < lock_share * 100
+            rows.append((start + n * 20_000, n, 100 + pid, "client backend", "active",
+                         "Lock" if waiting else None, "transactionid" if waiting else None,
+                         42 if waiting else 7, "postgres", "postgres", "pgbench"))  # fmt: skip
+    names = ("ts_us", "sample_no", "pid", "backend_type", "state", "wait_event_type",
+             "wait_event", "query_id", "datname", "usename", "application_name")  # fmt: skip
+    store.append("activity_samples", {k: [r[i] for r in rows] for i, k in enumerate(names)})
+    store.append(
+        "activity_queries",
+        {
+            "query_id": [42, 7],
+            "query": ["UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2",
+                      "SELECT abalance FROM pgbench_accounts WHERE aid = $1"],
+            "first_seen_us": [start, start],
+        },
+    )  # fmt: skip
+    store.collector_stopped("activity", "complete")
+    store.finish_run("complete", None)
+    store.close()
+    return run_dir

@@ -124,6 +124,13 @@ def test_sample_json_profile_sums_to_one_and_agrees_with_pg_wait_sampling(
         assert abs(ours.get(event, 0) - theirs.get(event, 0)) < 0.05, (event, ours, theirs)
     assert versus["total_variation_distance"] < 0.1
     assert Path(doc["run_dir"], "run.duckdb").is_file()
+    # Its report shows the same leader as its JSON, in the waits section and the verdict.
+    html = pgscope("report", doc["run_dir"], "--format", "html")
+    assert html.returncode == 0, html.stderr
+    page = Path(doc["run_dir"], "report.html").read_text()
+    leader = f"{profile[0]['wait_event_type']}:{profile[0]['wait_event']}"
+    assert f"<td>{leader}</td>" in page and "recorded nothing" not in page
+    assert f"{leader} {profile[0]['share']:.0%}" in page  # the verdict
 
 
 def test_row_lock_waits_grow_with_clients_in_a_tpcb_run(tmp_path: Path) -> None:

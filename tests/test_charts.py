@@ -46,13 +46,53 @@ def _analysis(tmp_path: Path, cells: list[tuple[int, float]]) -> Any:
     )
 
 
-def test_the_clients_axis_ticks_at_the_measured_counts_only(tmp_path: Path) -> None:
-    analysis = _analysis(tmp_path, [(1, 100.0), (2, 190.0), (1, 102.0), (2, 185.0)])
-    for figure in (charts.scalability(analysis), charts.latency(analysis)):
-        assert figure is not None
-        axis = figure["layout"]["xaxis"]
-        assert axis["title"]["text"] == "clients"
-        assert axis["tickmode"] == "array" and list(axis["tickvals"]) == [1, 2]
+def test_the_clients_axis_shows_the_measured_counts_only(tmp_path: Path) -> None:
+    analysis = _analysis(tmp_path, [(2, 190.0), (10, 700.0), (2, 185.0), (10, 690.0)])
+    throughput, latency = charts.scalability(analysis), charts.latency(analysis)
+    assert throughput is not None and latency is not None
+    # Throughput: numeric, for the USL curve between the counts, ticked at them only.
+    axis = throughput["layout"]["xaxis"]
+    assert axis["title"]["text"] == charts.CLIENTS_TITLE
+    assert axis["type"] == "linear"
+    assert axis["tickmode"] == "array" and list(axis["tickvals"]) == [2, 10]
+    # Latency: categories in numeric order ("10" after "2", not before it as text sorts).
+    axis = latency["layout"]["xaxis"]
+    assert axis["title"]["text"] == charts.CLIENTS_TITLE
+    assert axis["type"] == "category" and list(axis["categoryarray"]) == ["2", "10"]
+    assert {tuple(t["x"]) for t in latency["data"]} == {("2", "10")}
+
+
+def test_timeline_lines_stop_between_steps_and_pgscopes_checkpoints_are_its_own() -> None:
+    from pgscope.analyze.timeline import Series
+
+    # Step 2 begins 0.1 s after step 1 ends; step 3 seconds after step 2.
+    steps = [(1, "base", 1, 0.0, 4.6), (2, "base", 2, 4.7, 8.2), (3, "base", 4, 11.0, 15.2)]
+    seconds = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 12.0, 13.0, 14.0, 15.0)
+    per_second = [(t, 100.0) for t in seconds]
+    markers = [
+        (9.5, "pgscope-checkpoint", "CHECKPOINT before step 3, took 40 ms"),
+        (13.5, "checkpoint-start", "checkpoint starting: time at 13.5 s"),
+    ]
+    series = Series(0, steps, per_second, per_second, {}, markers)
+    figure = charts.timeline(series)
+    assert figure is not None
+    for name in ("tps", "p95 ms"):
+        line = next(t for t in figure["data"] if t["name"] == name)
+        breaks = [
+            (line["x"][i - 1], line["x"][i + 1]) for i, y in enumerate(line["y"]) if y is None
+        ]
+        assert breaks == [(4.0, 5.0), (8.0, 12.0)], (name, breaks)
+    own = [t for t in figure["data"] if t["name"] == "pgscope's CHECKPOINT before a step"]
+    assert len(own) == 1 and 9.5 in own[0]["x"]
+    # The server's checkpoint keeps its dotted line and label; pgscope's is not among them.
+    lines = {s["x0"] for s in figure["layout"]["shapes"] if s["type"] == "line"}
+    assert lines == {13.5}  # one per panel
+    # An observation's windows are slices of one workload: its lines run on across them,
+    # and break only where seconds are missing.
+    observed = charts.timeline(series, observed=True)
+    assert observed is not None
+    tps = next(t for t in observed["data"] if t["name"] == "tps")
+    assert [tps["x"][i - 1] for i, y in enumerate(tps["y"]) if y is None] == [8.0]
 
 
 GOOD = [(1, 100.0), (2, 190.0), (4, 340.0), (8, 500.0), (16, 560.0)]

@@ -1,10 +1,14 @@
-"""pgscope among other tools: pipes, CSV shapes, JSON a jq user can trust. No server."""
+"""pgscope among other tools: pipes, CSV shapes, JSON a jq user can trust, the store opened by
+the DuckDB CLI the README names, the store exported as CSV and Parquet. No server, but for the
+tests that read the session's reference run."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +17,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pgscope.store import RunMeta, RunStore
+from tests.conftest import pgscope
 
 if TYPE_CHECKING:
     from pgscope.analyze.model import RunAnalysis
 
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parent.parent
+# Installed by `make setup` from scripts/duckdb-cli.txt (scripts/setup.sh).
+DUCKDB_CLI = ROOT / ".tools" / "duckdb-cli" / "bin" / "duckdb"
 
 
 def _small_run(run_dir: Path) -> Path:
@@ -153,3 +161,97 @@ def test_query_ids_are_json_strings_in_every_document(tmp_path: Path) -> None:
     assert [s.queryid for s in again.statements.statements] == list(BIG_IDS)
     assert again.waits is not None
     assert [q.query_id for q in again.waits.queries] == [*BIG_IDS, None]
+
+
+def _pinned_cli_version() -> str:
+    pin = re.search(r"^duckdb-cli==(\S+)", (ROOT / "scripts" / "duckdb-cli.txt").read_text(), re.M)
+    assert pin, "scripts/duckdb-cli.txt pins no duckdb-cli version"
+    return pin[1]
+
+
+def _store_tables(run_dir: Path) -> dict[str, int]:
+    from pgscope.duck import connect
+
+    with contextlib.closing(connect(str(run_dir / "run.duckdb"), read_only=True)) as db:
+        names = [
+            str(r[0])
+            for r in db.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+            ).fetchall()
+        ]
+        return {n: int(db.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]) for n in names}
+
+
+def test_a_new_store_is_written_in_the_storage_version_older_duckdbs_read(
+    tmp_path: Path,
+) -> None:
+    from pgscope.duck import STORAGE_VERSION, connect
+
+    run = _small_run(tmp_path / "20261124-000000-scaling-0000")
+    with contextlib.closing(connect(str(run / "run.duckdb"), read_only=True)) as db:
+        row = db.execute(
+            "SELECT tags['storage_version'] FROM duckdb_databases() WHERE NOT internal"
+        ).fetchone()
+    assert row is not None and row[0] == f"{STORAGE_VERSION}+", row
+
+
+def test_the_duckdb_cli_the_readme_names_opens_a_real_runs_store(
+    reference_run: tuple[Path, dict[str, Any]],
+) -> None:
+    version = _pinned_cli_version()
+    assert f"DuckDB CLI {version}" in (ROOT / "README.md").read_text()
+    if not DUCKDB_CLI.exists():
+        pytest.skip(f"the DuckDB CLI is not installed at {DUCKDB_CLI} (make setup installs it)")
+    shown = subprocess.run([DUCKDB_CLI, "--version"], capture_output=True, text=True, check=True)
+    assert shown.stdout.startswith(f"v{version} "), shown.stdout
+    run_dir, document = reference_run
+    tables = _store_tables(run_dir)
+    query = " UNION ALL ".join(
+        f"SELECT '{name}' AS t, count(*) AS n FROM \"{name}\"" for name in sorted(tables)
+    )
+    opened = subprocess.run(
+        [DUCKDB_CLI, "-readonly", "-json", str(run_dir / "run.duckdb"), "-c", query],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert opened.returncode == 0, opened.stderr
+    assert {r["t"]: r["n"] for r in json.loads(opened.stdout)} == tables
+    assert tables["steps"] == len(document["steps"]) and tables["activity_samples"] > 0
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_export_writes_every_table_of_a_real_run(
+    fmt: str, reference_run: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    from pgscope.duck import connect
+
+    run_dir = reference_run[0]
+    out = tmp_path / "out"
+    result = pgscope("export", str(run_dir), "--format", fmt, "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(result.stdout)
+    tables = _store_tables(run_dir)
+    assert listed["out"] == str(out) and listed["format"] == fmt
+    assert {f["table"]: f["rows"] for f in listed["files"]} == tables
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{t}.{fmt}" for t in tables)
+    reader = "read_csv" if fmt == "csv" else "read_parquet"
+    for entry in listed["files"]:
+        assert Path(entry["path"]).parent == out
+        with contextlib.closing(connect()) as db:  # never fetches an extension
+            rows = db.execute(f"SELECT count(*) FROM {reader}('{entry['path']}')").fetchall()
+        assert rows == [(entry["rows"],)], entry
+    if fmt == "csv":  # times and 64-bit ids as exact digits
+        header, first = (out / "run.csv").read_text().splitlines()[:2]
+        assert header.startswith("run_id,") and run_dir.name in first
+
+
+def test_export_defaults_to_the_run_folder_and_says_what_it_wrote(tmp_path: Path) -> None:
+    run = _small_run(tmp_path / "20261124-000000-scaling-0000")
+    result = pgscope("export", str(run))
+    assert result.returncode == 0, result.stderr
+    tables = _store_tables(run)
+    assert sorted(p.name for p in (run / "export").iterdir()) == sorted(f"{t}.csv" for t in tables)
+    assert f"{run / 'export' / 'steps.csv'}  1 row" in result.stdout.splitlines()
+    bad = pgscope("export", str(run), "--format", "xlsx")
+    assert bad.returncode == 2 and "--format 'xlsx': expected csv or parquet" in bad.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -134,6 +135,93 @@ def test_every_section_renders_and_every_chart_has_data(sweep: Path) -> None:
         assert seen["flames"] >= 2, "a flame graph and the differential between client counts"
         assert all(n > 10 for n in seen["flame_frames"]), seen["flame_frames"]
     assert (sweep / "report.png").stat().st_size > 50_000
+
+
+# A numeric axis's title names its unit in brackets at its end: "throughput (transactions/s)".
+UNIT = re.compile(r"\([^()]+\)$")
+NS = {"ns": 1, "µs": 1_000, "ms": 1_000_000}
+DRAWN_AXES = """() => Object.fromEntries(
+  [...document.querySelectorAll('.js-plotly-plot')].map(e => [e.id, {
+    titles: [...e.querySelectorAll('[class$="title"] text')].map(t => t.textContent),
+    traces: e.data.map(t => t.name),
+    axes: Object.keys(e._fullLayout).filter(k => /^[xy]axis\\d*$/.test(k)).map(k => {
+      const a = e._fullLayout[k];
+      return {name: k, type: a.type, title: a.title.text || '', shown: a.showticklabels,
+              ticks: (a._vals || []).map(v => v.text)};
+    })}]))"""
+
+
+def _report_figures(report: Path) -> dict[str, Any]:
+    """The charts as the report carries them: the JSON its script hands to plotly."""
+    text = report.read_text()
+    start = text.index("const charts = ") + len("const charts = ")
+    end = text.index(";\nfor (const [key, figure]", start)
+    figures: dict[str, Any] = json.loads(text[start:end].replace("<\\/", "</"))
+    return figures
+
+
+def _drawn_axes(report: Path) -> dict[str, Any]:
+    """Each chart's axes as plotly laid them out in Chromium: type, title, tick labels."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            page.goto(report.as_uri())
+            page.wait_for_load_state("load")
+            page.wait_for_timeout(1500)  # plotly draws after load
+            drawn: dict[str, Any] = page.evaluate(DRAWN_AXES)
+        finally:
+            browser.close()
+    return drawn
+
+
+def _ns(label: str) -> float:
+    number, unit = label.split()
+    return float(number) * NS[unit]
+
+
+@needs_chromium
+def test_chart_axes_are_in_numeric_order_and_labelled_with_their_units(sweep: Path) -> None:
+    from pgscope.render.charts import CLIENTS_TITLE
+
+    figures = _report_figures(sweep / "report.html")
+    cells = json.loads((sweep / "summary.json").read_text())["scalability"]["cells"]
+    measured = sorted({c["clients"] for c in cells})
+    counts = [str(n) for n in measured]
+    # In the report's JSON: clients as categories in numeric order (latency, waits), the
+    # throughput axis (numeric, for the USL curve) ticked at the measured counts only.
+    for key in ("latency", "waits-0"):
+        axis = figures[key]["layout"]["xaxis"]
+        assert axis["type"] == "category" and axis["categoryarray"] == counts, (key, axis)
+    assert figures["scalability"]["layout"]["xaxis"]["tickvals"] == measured
+    timeline = figures["timeline"]["data"]
+    tps = next(t for t in timeline if t["name"] == "tps")
+    assert tps["y"].count(None) >= len(measured) - 1, "a line drawn across the set-up"
+    assert "pgscope's CHECKPOINT before a step" in [t["name"] for t in timeline]
+    if CAN_TRACE:
+        buckets = figures["lwlocks"]["layout"]["xaxis"]["categoryarray"]
+        assert len(buckets) >= 3 and [_ns(b) for b in buckets] == sorted(map(_ns, buckets))
+        names = {t["y"][0] for t in figures["checkpoints"]["data"]}
+        assert any("requested: immediate" in n for n in names), names  # the action's
+        assert any("pgscope's, before step" in n for n in names), names
+    # As Chromium lays them out: every axis with tick labels has a title, drawn, naming its
+    # unit unless its categories are names; numbers in numeric order.
+    drawn = _drawn_axes(sweep / "report.html")
+    assert set(drawn) == {f"chart-{key}" for key in figures}
+    for chart, seen in drawn.items():
+        for axis in seen["axes"]:
+            if not axis["shown"]:  # a shared axis: the panel below it carries the labels
+                continue
+            assert axis["title"] and axis["title"] in seen["titles"], (chart, axis)
+            if axis["type"] != "category" or axis["title"] == CLIENTS_TITLE:
+                assert UNIT.search(axis["title"]), (chart, axis)
+            if axis["title"] == CLIENTS_TITLE:
+                assert axis["ticks"] == counts, (chart, axis)
+    if CAN_TRACE:
+        ticks = next(a for a in drawn["chart-lwlocks"]["axes"] if a["name"] == "xaxis")["ticks"]
+        assert [_ns(t) for t in ticks] == sorted(map(_ns, ticks)), ticks
 
 
 # The JSON document has a key for each section of the report, and the findings beside the
@@ -327,3 +415,28 @@ def test_report_html_on_a_full_or_read_only_disk_keeps_the_summary(tiny_disk: Pa
         assert sorted(p.name for p in fresh.iterdir()) == ["run.duckdb"], "no temporary file"
         text = pgscope("report", str(run_dir))
         assert text.returncode == 0 and "failed (the server died mid-run)" in text.stdout
+
+
+def test_a_sample_sessions_report_says_what_its_summary_says(tmp_path: Path) -> None:
+    """A `sample` session has no steps: its report said the activity collector "recorded
+    nothing" and its verdict that no step measured anything, while summary.txt showed the
+    profile. Both now show the profile, and the verdict says where active time went."""
+    from tests.stores import sampled_session
+
+    run = sampled_session(tmp_path / "20261124-000000-sample-0000", lock_share=0.52)
+    result = pgscope("report", str(run), "--format", "html")
+    assert result.returncode == 0, result.stderr
+    text = (run / "summary.txt").read_text()
+    page = (run / "report.html").read_text()
+    waits = page[
+        page.index('<section id="waits">') : page.index(
+            "</section>", page.index('<section id="waits">')
+        )
+    ]
+    assert 'Lock:transactionid</td><td class="num">52.0%' in waits, waits
+    assert "UPDATE pgbench_branches" in waits and "recorded nothing" not in waits
+    assert re.search(r"Lock:transactionid +│ +52\.0%", text), text
+    verdict = json.loads((run / "summary.json").read_text())["diagnosis"]["verdict"]
+    assert "Lock:transactionid 52%" in verdict and "No load steps to diagnose" in verdict
+    assert f"verdict: {verdict}" in text and verdict in page
+    assert "pgscope sample 20261124-000000-sample-0000" in text

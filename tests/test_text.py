@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -169,3 +170,38 @@ def test_a_facts_value_is_a_plain_number(value: float, unit: str, expected: str)
     from pgscope.analyze.model import Fact
 
     assert Fact("x", value, unit, "planted", "planted").shown() == expected
+
+
+def test_top_queries_are_the_workloads_not_the_set_up_statements(tmp_path: Path) -> None:
+    """Sampled inside a step's measured window: the workload. Outside it: pgbench's own
+    start-up count(*) and what runs between steps, which are not among the top queries."""
+    from pgscope.analyze.load import load_analysis
+    from pgscope.collect.activity import SCHEMA
+    from pgscope.duck import connect
+    from tests.stores import measured_run
+
+    run = measured_run(tmp_path / "20261124-000000-scaling-0000", [(1, 100.0), (2, 190.0)])
+    start = 1_700_000_000_000_000
+    rows = []
+    for n in range(1, 1001):  # 50 Hz over 20 s: the two steps' windows are 10-15 s, 20-25 s
+        ts = start + n * 20_000
+        inside = any(w <= ts <= w + 5_000_000 for w in (start + 10_000_000, start + 20_000_000))
+        query = 1 if inside else 2  # the UPDATE in the windows, count(*) outside them
+        rows.append((ts, n, 100, "client backend", "active", None, None, query, "pgbench"))
+    with contextlib.closing(connect(str(run / "run.duckdb"))) as db:
+        db.execute(SCHEMA)
+        db.executemany(
+            "INSERT INTO activity_samples (ts_us, sample_no, pid, backend_type, state, "
+            "wait_event_type, wait_event, query_id, application_name) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        db.execute(
+            "INSERT INTO activity_queries VALUES (1, 'UPDATE pgbench_accounts SET abalance = 1', "
+            "0), (2, 'select count(*) from pgbench_branches', 0)"
+        )
+    analysis = load_analysis(run, bootstrap=0)
+    assert analysis.waits is not None
+    assert [q.query for q in analysis.waits.queries] == ["UPDATE pgbench_accounts SET abalance = 1"]
+    # The overall profile still counts every sample: 500 of the 1000 were outside.
+    assert analysis.waits.overall.samples == 1000

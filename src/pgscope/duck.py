@@ -13,9 +13,22 @@ import duckdb
 CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
-def connect(path: str = ":memory:", *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection that never fetches nor loads an extension on its own."""
-    return duckdb.connect(path, read_only=read_only, config=dict(CONFIG))
+# The storage format a run store is written in. DuckDB 2.0 writes its own format by default,
+# which no DuckDB before 2.0 opens (the 1.5 CLI refuses it); 1.0's format is read by every
+# DuckDB since, at no cost measured here (docs/store.md). A file keeps the format it was
+# created in, whoever writes to it later.
+STORAGE_VERSION = "v1.0.0"
+
+
+def connect(
+    path: str = ":memory:", *, read_only: bool = False, storage_version: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that never fetches nor loads an extension on its own; a database
+    file it creates is written in `storage_version`'s format (DuckDB's latest when None)."""
+    config: dict[str, str | bool | int | float | list[str]] = dict(CONFIG)
+    if storage_version is not None:
+        config["storage_compatibility_version"] = storage_version
+    return duckdb.connect(path, read_only=read_only, config=config)
 
 
 def table_exists(db: duckdb.DuckDBPyConnection, name: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from pgscope.duck import column_exists, connect, table_exists
+from pgscope.duck import STORAGE_VERSION, column_exists, connect, table_exists
 from pgscope.errors import EnvironmentProblem, InputFileError
 
 __all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
@@ -213,7 +213,7 @@ class RunStore:
     def create(cls, run_dir: Path, meta: RunMeta) -> RunStore:
         try:
             run_dir.mkdir(parents=True, exist_ok=False)
-            db = connect(str(run_dir / STORE_FILE))
+            db = connect(str(run_dir / STORE_FILE), storage_version=STORAGE_VERSION)
         except OSError as exc:
             raise EnvironmentProblem(
                 f"cannot create run folder {run_dir}: {exc.strerror}"

@@ -286,6 +286,20 @@ def _where_time_goes(sheets: list[FactSheet]) -> str:
     return " No rule explains why; where the time went: " + "; ".join(shown) + "."
 
 
+def without_steps(command: str, where_time_went: list[tuple[str, float]]) -> str:
+    """The verdict of a session that ran no load (`sample`, `trace`, `profile`): the rules
+    judge steps, so it has nothing to judge, which is not the same as a run whose steps all
+    failed; where the sampled active time went is what it has to say."""
+    verdict = (
+        f"No load steps to diagnose: `pgscope {command}` records what the server did, and the "
+        f"rules judge the steps of `pgscope run` (or the windows of `pgscope observe`)."
+    )
+    if where_time_went:
+        shares = ", ".join(f"{label} {share:.0%}" for label, share in where_time_went)
+        verdict += f" Where active time went: {shares} (wait-event sampling)."
+    return verdict
+
+
 def _verdict(
     findings: list[Finding], sheets: list[FactSheet], weak: bool, symptoms: set[str]
 ) -> str:

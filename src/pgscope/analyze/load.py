@@ -27,7 +27,7 @@ from pgscope.analyze import (
     waits,
 )
 from pgscope.analyze.absence import absent_evidence
-from pgscope.analyze.diagnose import diagnose
+from pgscope.analyze.diagnose import diagnose, without_steps
 from pgscope.analyze.facts import extract
 from pgscope.analyze.model import (
     Checkpoints,
@@ -66,6 +66,10 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
         ) from None
     sheets = extract(measured)
     diagnosis = diagnose(sheets, absence=absent_evidence(measured))
+    if measured.session:
+        entries = measured.waits.overall.entries[:3] if measured.waits else []
+        verdict = without_steps(measured.command, [(e.label, e.share) for e in entries])
+        diagnosis = dataclasses.replace(diagnosis, verdict=verdict)
     return dataclasses.replace(measured, facts=sheets, diagnosis=diagnosis)
 
 
@@ -288,8 +292,12 @@ def _checkpoints(
 ) -> Checkpoints:
     if not usdt.has_usdt(db):
         return Checkpoints(False, [])
+    own = _own_checkpoints(db, steps)
     items = []
     for ckpt in usdt.checkpoints(db):
+        before = next(
+            (step_id for issued, until, step_id in own if issued <= ckpt.start_us <= until), None
+        )
         step = next(
             (
                 s
@@ -306,9 +314,24 @@ def _checkpoints(
                 step.variant if step else None,
                 step.clients if step else None,
                 ckpt,
+                before,
             )
         )
     return Checkpoints("checkpoint" in programs, items)
+
+
+def _own_checkpoints(
+    db: duckdb.DuckDBPyConnection, steps: list[Step]
+) -> list[tuple[int, int, int]]:
+    """(issued, until, step) of each CHECKPOINT pgscope ran before a step: a checkpoint that
+    starts from its issue to that step's start (a minute, if the step never started) is it."""
+    started = {s.step_id: s.started_us for s in steps}
+    return [
+        (int(issued), int(started.get(step_id) or issued + 60_000_000), int(step_id))
+        for issued, step_id in db.execute(
+            "SELECT ts_us, step_id FROM events WHERE kind = 'pgscope-checkpoint' ORDER BY ts_us"
+        ).fetchall()
+    ]
 
 
 def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:

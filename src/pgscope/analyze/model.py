@@ -333,6 +333,9 @@ class StepCheckpoint:
     variant: str | None
     clients: int | None
     checkpoint: Checkpoint
+    # pgscope's own CHECKPOINT before this step (its `pgscope-checkpoint` event), not one the
+    # server or an action started; None for those, and in stores recorded before the event.
+    before_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -383,6 +386,9 @@ class Variants:
     comparisons: list[Comparison]  # each variant against the baseline, per client count
 
 
+SESSIONS = ("sample", "trace", "profile")  # commands that collect without driving load
+
+
 @dataclass(frozen=True)
 class RunAnalysis:
     run_id: str
@@ -418,6 +424,20 @@ class RunAnalysis:
     @property
     def folder(self) -> Path:
         return Path(self.run_dir)
+
+    @property
+    def command(self) -> str:
+        """The pgscope command that made the run, from its command line: `run`, `observe`,
+        or a session that ran no load (`sample`, `trace`, `profile`)."""
+        words = [w for w in (self.command_line or "").split()[1:] if not w.startswith("-")]
+        if words and words[0] in ("run", "observe", *SESSIONS):
+            return words[0]
+        return "observe" if self.observation is not None else "run"
+
+    @property
+    def session(self) -> bool:
+        """Collectors for a fixed time, no load steps: nothing the rules judge."""
+        return self.command in SESSIONS
 
     def cell_sheets(self) -> list[FactSheet]:
         return [s for s in self.facts if s.variant is not None]

@@ -155,7 +155,8 @@ class Series:
     tps: list[tuple[float, float]]  # (s, tps summed over instances)
     p95_ms: list[tuple[float, float]]  # (s, p95 latency of the transactions ending then)
     aas: dict[str, list[tuple[float, float]]]  # wait class -> (s, average active sessions)
-    markers: list[tuple[float, str, str]]  # (s, kind, label): checkpoints, actions, restarts
+    markers: list[tuple[float, str, str]]  # (s, kind, label): checkpoints, actions, restarts,
+    # pgscope's own CHECKPOINT before each step (kind pgscope-checkpoint)
 
 
 def series(db: duckdb.DuckDBPyConnection) -> Series:
@@ -195,11 +196,13 @@ def series(db: duckdb.DuckDBPyConnection) -> Series:
     markers = [
         (s(t), str(kind), str(detail))
         for t, kind, detail in db.execute(
-            # Immediate/shutdown checkpoints are pgscope's own between steps (or an action's,
-            # already marked): drawing them would bury the timed ones the reader is after.
+            # The server log's immediate/shutdown checkpoints are pgscope's own between steps
+            # (each marked by its own `pgscope-checkpoint` event, as pgscope's) or an action's
+            # (marked as the action): drawn again they would bury the timed ones.
             "SELECT ts_us, kind, detail FROM events WHERE kind IN ('checkpoint-start', 'action', "
-            "'restart', 'pin', 'instance') AND NOT (kind = 'checkpoint-start' AND "
-            "(detail LIKE '%immediate%' OR detail LIKE '%shutdown%')) ORDER BY ts_us"
+            "'pgscope-checkpoint', 'restart', 'pin', 'instance') AND NOT "
+            "(kind = 'checkpoint-start' AND (detail LIKE '%immediate%' OR detail LIKE "
+            "'%shutdown%')) ORDER BY ts_us"
         ).fetchall()
     ]
     return Series(t0, steps, tps, p95, aas, markers)

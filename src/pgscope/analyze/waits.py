@@ -321,9 +321,15 @@ def top_queries(
     end_us: int | None = None,
 ) -> list[QueryProfile]:
     where, params = _window(start_us, end_us)
+    source = "activity_samples"
+    if start_us is None and end_us is None and _has_windows(db):
+        # A run's queries are its steps' workload: in their measured windows, not pgbench's
+        # own start-up statements (the count(*) that finds the scale), the warm-up, or what
+        # ran between steps.
+        source = IN_WINDOWS
     rows = db.execute(
         f"WITH act AS (SELECT query_id, {WAIT_TYPE} || ':' || {WAIT_EVENT} AS w "
-        f"FROM activity_samples WHERE {where} AND {ACTIVE}), "
+        f"FROM {source} WHERE {where} AND {ACTIVE}), "
         f"per_q AS (SELECT query_id, count(*) AS n FROM act GROUP BY query_id), "
         f"per_qw AS (SELECT query_id, w, count(*) AS n, row_number() OVER "
         f"(PARTITION BY query_id ORDER BY count(*) DESC, w) AS r FROM act GROUP BY query_id, w) "
@@ -338,6 +344,13 @@ def top_queries(
         QueryProfile(qid, text, float(share), str(w).replace("CPU:CPU", "CPU"), float(ws))
         for qid, text, share, w, ws in rows
     ]
+
+
+def _has_windows(db: duckdb.DuckDBPyConnection) -> bool:
+    row = db.execute(
+        "SELECT count(*) FROM steps WHERE window_start_us IS NOT NULL AND window_end_us IS NOT NULL"
+    ).fetchone()
+    return bool(row and row[0])
 
 
 @dataclass(frozen=True)

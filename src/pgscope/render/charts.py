@@ -5,6 +5,7 @@ Every axis names its unit."""
 from __future__ import annotations
 
 import html
+import itertools
 from typing import Any
 
 import plotly.graph_objects as go
@@ -39,6 +40,8 @@ WAIT_COLOURS = {
     "Extension": "#db2777",
     "Activity": "#d1d5db",
 }
+CLIENTS_TITLE = "clients (pgbench connections)"
+TPS_TITLE = "throughput (transactions/s)"
 LAYOUT = {
     "template": "plotly_white",
     "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
@@ -145,7 +148,7 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 annotation_text=f"N*≈{fit.n_star:.1f}",
             )
     fig.update_xaxes(**_clients_axis(result.scalability.cells))
-    fig.update_yaxes(title="throughput (transactions/s)", rangemode="tozero")
+    fig.update_yaxes(title=TPS_TITLE, rangemode="tozero")
     return _figure(fig, "Throughput vs clients")
 
 
@@ -159,14 +162,14 @@ def latency(result: RunAnalysis) -> dict[str, Any] | None:
         for dash, key in (("dot", "p50_ms"), ("dash", "p95_ms"), ("solid", "p99_ms")):
             fig.add_trace(
                 go.Scatter(
-                    x=[c.clients for c in mine],
+                    x=[str(c.clients) for c in mine],
                     y=[getattr(c, key) for c in mine],
                     mode="lines+markers",
                     line={"color": _colour(i), "dash": dash},
                     name=f"{variant} {key[:-3]}",
                 )
             )
-    fig.update_xaxes(**_clients_axis(cells))
+    fig.update_xaxes(**_clients_categories(cells))
     fig.update_yaxes(title="transaction latency (ms)", rangemode="tozero")
     return _figure(fig, "Latency percentiles vs clients")
 
@@ -189,7 +192,7 @@ def variants(result: RunAnalysis) -> dict[str, Any] | None:
             )
         )
     fig.update_xaxes(title="variant")
-    fig.update_yaxes(title="throughput (transactions/s)", rangemode="tozero")
+    fig.update_yaxes(title=TPS_TITLE, rangemode="tozero")
     fig.update_layout(barmode="group")
     return _figure(fig, "Variants side by side (mean tps, 95% interval)")
 
@@ -218,44 +221,63 @@ def waits_vs_clients(result: RunAnalysis, variant: str) -> dict[str, Any] | None
             )
         )
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(title="clients", type="category")
+    fig.update_xaxes(**_clients_categories(profiles))
     fig.update_yaxes(title="share of active time (%)", range=[0, 100])
     return _figure(fig, f"Where active time goes, by client count ({variant})")
 
 
 MANY_STEPS = 24  # beyond, the timeline's step bands go unlabelled, drawn in one pass
+GAP_S = 1.5  # per-second series: two points further apart have unmeasured time between them
+OWN_CHECKPOINT_COLOUR = "#9ca3af"
 
 
-def timeline(series: Series | None) -> dict[str, Any] | None:
+def _step_gaps(steps: list[tuple[int, str, int, float, float]]) -> list[tuple[float, float]]:
+    """From each step's end to the next one's start: a run's steps are separate experiments
+    (another client count, pgbench started anew), even where one follows the next within
+    milliseconds, so no line joins the last second of one to the first of the next."""
+    spans = sorted((start, end) for _, _, _, start, end in steps)
+    return [(end, nxt) for (_, end), (nxt, _) in itertools.pairwise(spans)]
+
+
+def _broken_line(
+    points: list[tuple[float, float]], gaps: list[tuple[float, float]]
+) -> tuple[list[float], list[float | None]]:
+    """x and y of a line that stops where nothing was measured: between two points further
+    apart than GAP_S, and across the boundaries between steps. plotly draws a straight line
+    from one point to the next unless a null y lies between them."""
+    xs: list[float] = []
+    ys: list[float | None] = []
+    for t, value in points:
+        if xs:
+            before = xs[-1]
+            if t - before > GAP_S or any(before <= high and t >= low for low, high in gaps):
+                xs.append((before + t) / 2)
+                ys.append(None)
+        xs.append(t)
+        ys.append(value)
+    return xs, ys
+
+
+def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any] | None:
+    """Throughput, p95 latency and active sessions over the run. `observed`: the steps are an
+    observation's windows, slices of one workload, and its lines run on across them."""
     if series is None or not series.tps:
         return None
     rows = 3 if series.aas else 2
-    fig = make_subplots(
-        rows=rows,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.06,
-        subplot_titles=(
-            "throughput (transactions/s)",
-            "p95 latency (ms)",
-            "average active sessions by wait class",
-        )[:rows],
-    )
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06)
+    gaps = [] if observed else _step_gaps(series.steps)
     for row, (points, colour, name) in enumerate(
         ((series.tps, PALETTE[0], "tps"), (series.p95_ms, PALETTE[1], "p95 ms")), start=1
     ):
+        xs, ys = _broken_line(points, gaps)
         fig.add_trace(
-            go.Scatter(
-                x=[t for t, _ in points],
-                y=[v for _, v in points],
-                mode="lines",
-                line={"color": colour, "width": 1},
-                name=name,
-            ),
+            go.Scatter(x=xs, y=ys, mode="lines", line={"color": colour, "width": 1}, name=name),
             row=row,
             col=1,
         )
     for cls, points in sorted(series.aas.items()):
+        # Sampling goes on between steps, so these areas run on (a null in a stacked area
+        # would be drawn as a dive to zero, which no sample showed).
         fig.add_trace(
             go.Scatter(
                 x=[t for t, _ in points],
@@ -268,32 +290,8 @@ def timeline(series: Series | None) -> dict[str, Any] | None:
             row=3,
             col=1,
         )
-    if len(series.steps) <= MANY_STEPS:
-        for i, (_, variant, clients, start, end) in enumerate(series.steps):
-            fig.add_vrect(
-                x0=start,
-                x1=end,
-                fillcolor="#6b7280",
-                opacity=0.05 if i % 2 else 0.1,
-                line_width=0,
-                annotation_text=f"{variant} {clients}",
-                annotation_position="top left",
-                annotation_font_size=9,
-            )
-    else:
-        # Each add_vrect re-validates every shape before it: an hour's observation in
-        # 10-s windows (360) took minutes. One band per step across the whole figure, set
-        # at once, unlabelled.
-        fig.update_layout(
-            shapes=[
-                {
-                    "type": "rect", "xref": "x", "yref": "paper", "x0": start, "x1": end,
-                    "y0": 0, "y1": 1, "fillcolor": "#6b7280", "line": {"width": 0},
-                    "opacity": 0.05 if i % 2 else 0.1, "layer": "below",
-                }
-                for i, (_, _, _, start, end) in enumerate(series.steps)
-            ]
-        )  # fmt: skip
+    _step_bands(fig, series)
+    _own_checkpoints(fig, series)
     for t, kind, label in series.markers:
         if kind in ("checkpoint-start", "action", "outlier"):
             colour = "#dc2626" if kind == "outlier" else "#111827"
@@ -310,8 +308,62 @@ def timeline(series: Series | None) -> dict[str, Any] | None:
                 xanchor="right",
                 yanchor="top",
             )
-    fig.update_xaxes(title="seconds since the run started", row=rows, col=1)
+    titles = ("tps (transactions/s)", "p95 latency (ms)", "active sessions (AAS)")
+    for row, title in enumerate(titles[:rows], start=1):
+        fig.update_yaxes(title=title, rangemode="tozero", row=row, col=1)
+    fig.update_xaxes(title="time since the run started (s)", row=rows, col=1)
     return _figure(fig, "Timeline", height=260 * rows)
+
+
+def _step_bands(fig: go.Figure, series: Series) -> None:
+    if len(series.steps) <= MANY_STEPS:
+        for i, (_, variant, clients, start, end) in enumerate(series.steps):
+            fig.add_vrect(
+                x0=start,
+                x1=end,
+                fillcolor="#6b7280",
+                opacity=0.05 if i % 2 else 0.1,
+                line_width=0,
+                annotation_text=f"{variant} {clients}",
+                annotation_position="top left",
+                annotation_font_size=9,
+            )
+        return
+    # Each add_vrect re-validates every shape before it: an hour's observation in 10-s
+    # windows (360) took minutes. One band per step across the whole figure, set at once,
+    # unlabelled.
+    fig.update_layout(
+        shapes=[
+            {
+                "type": "rect", "xref": "x", "yref": "paper", "x0": start, "x1": end,
+                "y0": 0, "y1": 1, "fillcolor": "#6b7280", "line": {"width": 0},
+                "opacity": 0.05 if i % 2 else 0.1, "layer": "below",
+            }
+            for i, (_, _, _, start, end) in enumerate(series.steps)
+        ]
+    )  # fmt: skip
+
+
+def _own_checkpoints(fig: go.Figure, series: Series) -> None:
+    """pgscope's CHECKPOINT before each step, as a legend entry of its own: a grey dashed
+    line across the throughput panel, apart from the checkpoints the server started."""
+    own = [(t, label) for t, kind, label in series.markers if kind == "pgscope-checkpoint"]
+    if not own:
+        return
+    top = max((v for _, v in series.tps), default=1.0) or 1.0
+    fig.add_trace(
+        go.Scatter(
+            x=[x for t, _ in own for x in (t, t, None)],
+            y=[y for _ in own for y in (0.0, top, None)],
+            text=[html.escape(label) for _, label in own for _ in range(3)],
+            mode="lines",
+            line={"color": OWN_CHECKPOINT_COLOUR, "dash": "dash", "width": 1},
+            name="pgscope's CHECKPOINT before a step",
+            hovertemplate="pgscope: %{text}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
 
 
 def lwlock_histograms(summaries: list[Any]) -> dict[str, Any] | None:
@@ -336,7 +388,7 @@ def lwlock_histograms(summaries: list[Any]) -> dict[str, Any] | None:
     lower_bounds = sorted({b.lo_ns for s in top for b in s.buckets if b.count})
     fig.update_layout(barmode="group")
     fig.update_xaxes(
-        title="wait time (bucket lower bound)",
+        title="wait time (bucket lower bound, unit in each label)",
         type="category",
         categoryorder="array",
         categoryarray=[_ns_label(ns) for ns in lower_bounds],
@@ -346,17 +398,27 @@ def lwlock_histograms(summaries: list[Any]) -> dict[str, Any] | None:
     return _figure(fig, "LWLock wait-time histograms (kernel-side tracing)")
 
 
-def checkpoint_phases(checkpoints: list[Any]) -> dict[str, Any] | None:
-    """A waterfall of each traced checkpoint's phases (ms from its start)."""
-    shown = [c for c in checkpoints if c.phases][:4]
+def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
+    """A waterfall of each traced checkpoint's phases (ms from its start), each named by who
+    started it: the server (for its own reasons), a CHECKPOINT command (an action's), or
+    pgscope before a step. pgscope's own come last: the others are what a reader looks for."""
+    traced = [item for item in items if item.checkpoint.phases]
+    shown = sorted(traced, key=lambda item: item.before_step is not None)[:4]
     if not shown:
         return None
     fig = go.Figure()
-    for i, ckpt in enumerate(shown):
+    for i, item in enumerate(shown):
+        ckpt = item.checkpoint
+        if item.before_step is not None:
+            who = f"pgscope's, before step {item.before_step}"
+        elif "immediate" in ckpt.flags_text:  # a CHECKPOINT command: an action's, a user's
+            who = f"requested: {ckpt.flags_text}"[:32]
+        else:  # the server's own reasons: time, wal, shutdown ...
+            who = f"server: {ckpt.flags_text}"[:32]
         for phase in ckpt.phases:
             fig.add_trace(
                 go.Bar(
-                    y=[f"#{i + 1} {ckpt.flags_text}"[:30]],
+                    y=[f"#{i + 1} {who}"],
                     x=[max(phase.duration_ns / 1e6, 0.01)],
                     base=[(phase.start_us - ckpt.start_us) / 1000],
                     orientation="h",
@@ -393,16 +455,31 @@ def checkpoint_phases(checkpoints: list[Any]) -> dict[str, Any] | None:
                 )
             )
     fig.update_layout(barmode="overlay")
-    fig.update_xaxes(title="milliseconds since the checkpoint started")
+    fig.update_xaxes(title="time since the checkpoint started (ms)")
+    fig.update_yaxes(title="checkpoint (who started it)", type="category", autorange="reversed")
     return _figure(fig, "Checkpoint phases (kernel-side tracing)")
 
 
-def _clients_axis(cells: list[Any]) -> dict[str, Any]:
-    """A numeric clients axis (the USL curve runs between the points) ticked at the client
-    counts measured only: plotly's own ticks put 1.2, 1.4 … between two counts."""
+def _clients_categories(cells: list[Any]) -> dict[str, Any]:
+    """Client counts as categories, in numeric order: the axis shows the counts measured and
+    nothing between them (plotly's own numeric ticks put 1.2, 1.4 … between two counts)."""
     measured = sorted({c.clients for c in cells})
     return {
-        "title": "clients",
+        "title": CLIENTS_TITLE,
+        "type": "category",
+        "categoryorder": "array",
+        "categoryarray": [str(n) for n in measured],
+    }
+
+
+def _clients_axis(cells: list[Any]) -> dict[str, Any]:
+    """The throughput chart's clients axis: numeric, because the USL curve and its band are
+    a function of clients between the counts measured (as categories, 1, 2, 4, 8 would sit
+    at equal distances and bend the curve), but ticked at the measured counts only."""
+    measured = sorted({c.clients for c in cells})
+    return {
+        "title": CLIENTS_TITLE,
+        "type": "linear",
         "tickmode": "array",
         "tickvals": measured,
         "ticktext": [str(n) for n in measured],

@@ -85,9 +85,8 @@ def print_findings(console: Console, result: RunAnalysis) -> None:
 def print_summary(console: Console, result: RunAnalysis) -> None:
     status = result.status
     colour = {"complete": "green", "partial": "yellow"}.get(status, "red")
-    what = "observe" if result.observation is not None else "run"
     console.print(
-        f"[bold]pgscope {what} {result.run_id}[/bold]  [{colour}]{status}[/{colour}]"
+        f"[bold]pgscope {result.command} {result.run_id}[/bold]  [{colour}]{status}[/{colour}]"
         + (f" ({result.status_reason})" if result.status_reason else ""),
         highlight=False,
     )

@@ -91,9 +91,11 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
         "scalability": charts.scalability(analysis),
         "latency": charts.latency(analysis),
         "variants": charts.variants(analysis),
-        "timeline": charts.timeline(analysis.timeline.series),
+        "timeline": charts.timeline(
+            analysis.timeline.series, observed=analysis.observation is not None
+        ),
         "lwlocks": charts.lwlock_histograms(locks.lwlocks),
-        "checkpoints": charts.checkpoint_phases([c.checkpoint for c in checkpoints.items]),
+        "checkpoints": charts.checkpoint_phases(checkpoints.items),
     }
     wait_charts = {
         f"waits-{i}": charts.waits_vs_clients(analysis, v) for i, v in enumerate(variants)

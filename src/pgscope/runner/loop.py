@@ -17,6 +17,7 @@ from pgscope.runner.instances import activate_instances
 from pgscope.runner.plan import PlannedStep
 from pgscope.runner.step import run_step
 from pgscope.runner.variants import cpu_split, effective_settings, variant_cpus, variant_defines
+from pgscope.store import now_us
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.introspect import non_default_settings
 
@@ -183,9 +184,18 @@ def _prepare(
         state.captured.add(step.variant)
     if cluster is not None:
         # Each step starts from a clean checkpoint, so the previous step's dirty pages
-        # are not flushed on this step's time.
+        # are not flushed on this step's time. Recorded, so that the report marks it as
+        # pgscope's own, not the server's.
         with conn.connect() as session:
+            issued = now_us()
             session.execute("CHECKPOINT")
+            took_ms = (now_us() - issued) / 1000
+        store.add_event(
+            "pgscope-checkpoint",
+            f"CHECKPOINT before step {step.step_id}, took {took_ms:,.0f} ms",
+            step.step_id,
+            ts_us=issued,
+        )
     return restarted, bench_cpus
 
 
