@@ -18,7 +18,13 @@ from pgscope.cli.options import (
     resolve_dsn,
 )
 from pgscope.cli.title import safe_command_line
-from pgscope.errors import EnvironmentProblem, Interrupted, RunFailed
+from pgscope.errors import (
+    EnvironmentProblem,
+    InputFileError,
+    Interrupted,
+    RunFailed,
+    UsageError,
+)
 
 
 def _absolute_script(text: str) -> str:
@@ -34,11 +40,22 @@ def _absolute_script(text: str) -> str:
 @app.command()
 def run(
     recipe: Annotated[
-        str,
+        str | None,
         typer.Argument(
-            help="A bundled recipe name (see `pgscope recipes`) or a spec file (.toml)."
+            help="A bundled recipe name (see `pgscope recipes`) or a spec file (.toml); "
+            "default: scaling.",
+            show_default=False,
         ),
-    ] = "scaling",
+    ] = None,
+    again: Annotated[
+        Path | None,
+        typer.Option(
+            "--again",
+            help="Run a run folder's experiment again: its spec.toml, as that run ran it "
+            "(variants, client counts, durations, order and seed, its copies of the scripts "
+            "and init SQL). Flags given too apply on top.",
+        ),
+    ] = None,
     quick: Annotated[
         bool,
         typer.Option("--quick", help="Use the recipe's [quick] settings: fewer, shorter steps."),
@@ -250,11 +267,27 @@ def run(
     if init_sql is not None:
         override("init_sql", "--init-sql", str(init_sql.expanduser().absolute()))
     settings = dict(parse_setting(s) for s in set_ or [])
+    if again is not None:
+        if recipe is not None:
+            raise UsageError(f"--again {again} and {recipe}: give one of them")
+        if quick:
+            raise UsageError("--again and --quick: the run's spec.toml is already as it ran")
+        recipe = str(kept_spec(again))
     loaded = load_spec(
-        recipe, quick=quick, overrides=overrides, override_flags=flags, extra_settings=settings
+        recipe or "scaling",
+        quick=quick,
+        overrides=overrides,
+        override_flags=flags,
+        extra_settings=settings,
     )
+    target = ConnParams.from_dsn(dsn, dsn_source) if dsn is not None else None
     if plan:
-        _show_plan(loaded, as_json)
+        from pgscope.host import usable_cores
+        from pgscope.runner.preflight import check_request
+
+        # The real run's refusals, said here too: a plan the run would refuse is no plan.
+        check_request(loaded, usable_cores(), target, allow_writes)
+        _show_plan(loaded, target, as_json)
         return
     options = RunOptions(
         results_dir=results_dir,
@@ -311,11 +344,33 @@ def run(
         )
 
 
-def _show_plan(loaded: Any, as_json: bool) -> None:
+def kept_spec(run_dir: Path) -> Path:
+    """The spec.toml of a run folder `pgscope run` wrote, or a one-line error (exit 3) saying
+    why `run_dir` is not one."""
+    from pgscope.runner.reproduce import SPEC_FILE
+    from pgscope.spec import not_a_file
+    from pgscope.store import STORE_FILE
+
+    if not run_dir.is_dir():
+        problem = not_a_file(run_dir) if run_dir.exists() else "no such folder"
+        raise InputFileError(f"--again {run_dir}: {problem}; expected a run folder")
+    if not (run_dir / STORE_FILE).is_file():
+        raise InputFileError(f"--again {run_dir}: not a pgscope run folder (no {STORE_FILE})")
+    path = run_dir / SPEC_FILE
+    if not path.is_file():
+        raise InputFileError(
+            f"--again {run_dir}: the folder has no {SPEC_FILE} (only `pgscope run` keeps one, "
+            f"since pgscope 0.1.0): it cannot be run again"
+        )
+    return path
+
+
+def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
     """The steps an experiment would run, in order, and an estimate of its time."""
     from pgscope.host import usable_cores
     from pgscope.runner.plan import plan_steps
     from pgscope.spec import setting_text
+    from pgscope.words import counted
 
     spec = loaded.spec
     cores = usable_cores()
@@ -325,6 +380,10 @@ def _show_plan(loaded: Any, as_json: bool) -> None:
     document = {
         "recipe": spec.name,
         "source": loaded.source,
+        "workload": spec.workload_label(),
+        "scale": spec.scale,
+        "protocol": spec.protocol,
+        "target": "embedded" if target is None else target.conninfo(),
         "steps": len(steps),
         "estimated_seconds": round(estimate),
         "clients": spec.client_counts(cores),
@@ -347,9 +406,16 @@ def _show_plan(loaded: Any, as_json: bool) -> None:
         return
     out = out_console()
     out.print(
-        f"{spec.name}: {len(steps)} steps of {spec.warmup + spec.duration:g} s, about "
-        f"{estimate / 60:.0f} min plus set-up",
+        f"{spec.name}: {counted(len(steps), 'step')} of {spec.warmup + spec.duration:g} s, "
+        f"about {f'{estimate:.0f} s' if estimate < 90 else f'{estimate / 60:.0f} min'} "
+        f"plus set-up",
         highlight=False,
+    )
+    out.print(
+        f"workload {document['workload']} at scale {spec.scale}, protocol {spec.protocol}; "
+        f"target {document['target'] if target is not None else 'an embedded cluster'}",
+        highlight=False,
+        markup=False,
     )
     out.print(
         f"clients {', '.join(map(str, spec.client_counts(cores)))}; repeats "
