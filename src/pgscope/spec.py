@@ -32,7 +32,7 @@ from pgscope.labels import split_weight, workload_label
 def safe_name(name: str) -> str:
     """A spec's name as one path component: it names the run folder, inside the results
     folder (`../../x` is `x`, `my test` is `my-test`)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:64] or "custom"
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip(".-")[:64] or "custom"
 
 
 BUILTIN_WORKLOADS = ("select-only", "tpcb-like", "simple-update")

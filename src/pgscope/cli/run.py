@@ -273,6 +273,9 @@ def run(
         if quick:
             raise UsageError("--again and --quick: the run's spec.toml is already as it ran")
         recipe = str(kept_spec(again))
+        note = _target_note(again, dsn)
+        if note:
+            err.print(f"· {note}", highlight=False, markup=False)
     loaded = load_spec(
         recipe or "scaling",
         quick=quick,
@@ -363,6 +366,27 @@ def kept_spec(run_dir: Path) -> Path:
             f"since pgscope 0.1.0): it cannot be run again"
         )
     return path
+
+
+def _target_note(run_dir: Path, dsn: str | None) -> str | None:
+    """What to know when --again runs elsewhere than the run did: pgscope never connects to a
+    server the command line does not name, so a `--dsn` run is repeated on one only with
+    `--dsn` again."""
+    from pgscope.store import RunStore
+
+    store = RunStore.open(run_dir)
+    try:
+        run = store.run_row()
+    finally:
+        store.close()
+    if run["target_kind"] == "server" and dsn is None:
+        return (
+            f"{run_dir.name} ran on {run['target_conninfo']}; this run starts an embedded "
+            f"cluster (pass --dsn to run there again)"
+        )
+    if run["target_kind"] == "embedded" and dsn is not None:
+        return f"{run_dir.name} ran on an embedded cluster; this run uses the server of --dsn"
+    return None
 
 
 def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
