@@ -271,9 +271,7 @@ def test_run_again_repeats_the_same_steps_from_the_folder(
     assert again["status"] == "complete" and again["recipe"] == "lookup"
 
     def steps(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return [
-            (s["step_id"], s["variant"], s["clients"], s["repeat"]) for s in doc["steps"]
-        ]
+        return [(s["step_id"], s["variant"], s["clients"], s["repeat"]) for s in doc["steps"]]
 
     assert steps(again) == steps(first) and len(steps(first)) == 2
     for doc in (first, again):  # 1 s steps, no warm-up, as the first run's flags said
@@ -304,7 +302,8 @@ def test_runs_lists_name_target_workload_and_best_tps(
     assert table[0].split() == [
         *("date", "(UTC)", "name", "target", "workload", "clients", "best", "tps", "verdict")
     ]
-    assert len(table) == 3 and all(" lookup " in line and "lookup.sql" in line for line in table[1:])
+    assert len(table) == 3
+    assert all(" lookup " in line and "lookup.sql" in line for line in table[1:])
 
 
 @pytest.mark.server
