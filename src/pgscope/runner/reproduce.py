@@ -56,8 +56,8 @@ def keep_spec(run_dir: Path, loaded: LoadedSpec, cores: int, seed: int, command:
     if init_sql is not None:
         document["init_sql"] = kept(init_sql)
     header = (
-        f"# The spec of run {run_dir.name} as pgscope {__version__} ran it: {loaded.source},\n"
-        f"# then --quick and the flags of: {' '.join(command.split())}\n"
+        f"# The spec of run {run_dir.name} as pgscope {__version__} ran it: {loaded.source}\n"
+        f"# with the flags of: {' '.join(command.split())}\n"
         f"# Client counts and the seed are resolved; scripts and init SQL are copies in "
         f"{INPUTS_DIR}/.\n"
         f"# Run it again: pgscope run --again {run_dir}\n\n"
