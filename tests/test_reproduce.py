@@ -121,7 +121,7 @@ def test_run_again_refuses_what_is_not_a_run_folder_in_one_line(tmp_path: Path) 
         tmp_path / "nonesuch": "no such folder",
         plain_folder: "not a pgscope run folder (no run.duckdb)",
         old_run: "the folder has no spec.toml",
-        broken: "script inputs/lookup.sql: no such file",
+        broken: f"--again {broken}: script inputs/lookup.sql: no such file",
     }
     for folder, expected in cases.items():
         result = pgscope("run", "--again", str(folder), "--plan")

@@ -210,6 +210,7 @@ def run(
       pgscope run my.toml --set shared_buffers=1GB
       pgscope run --script insert.sql --init-sql schema.sql --scale 0 --clients 1-8
       pgscope run --dsn "host=db1 dbname=bench user=me" --workload select-only
+      pgscope run --again results/20261124-071918-lookup-df88
     """
     from pgscope.analyze.load import load_analysis
     from pgscope.cli.progress import ConsoleReporter
@@ -276,13 +277,19 @@ def run(
         note = _target_note(again, dsn)
         if note:
             err.print(f"· {note}", highlight=False, markup=False)
-    loaded = load_spec(
-        recipe or "scaling",
-        quick=quick,
-        overrides=overrides,
-        override_flags=flags,
-        extra_settings=settings,
-    )
+    try:
+        loaded = load_spec(
+            recipe or "scaling",
+            quick=quick,
+            overrides=overrides,
+            override_flags=flags,
+            extra_settings=settings,
+        )
+    except InputFileError as exc:
+        if again is None:
+            raise
+        # A kept copy gone from inputs/: the folder cannot run as it ran.
+        raise InputFileError(f"--again {again}: {exc}") from None
     target = ConnParams.from_dsn(dsn, dsn_source) if dsn is not None else None
     if plan:
         from pgscope.host import usable_cores
