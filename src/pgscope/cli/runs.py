@@ -80,7 +80,7 @@ def runs(
         (
             "-" if row["date"] is None else row["date"][:16].replace("T", " "),
             row["name"],
-            row["target"],
+            row["target"] or "-",
             row["workload"] or "-",
             _client_ranges(row["clients"]) or "-",
             "-" if row["best_tps"] is None else f"{row['best_tps']:,.0f}",
@@ -110,11 +110,12 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
     kind, conninfo = row.pop("target_kind", None), row.pop("target_conninfo", None)
     started, best = row.get("started_us"), row.pop("best_tps", None)
     return {
-        "name": row["recipe"],
+        # An unreadable store still has its folder's name: DATE-TIME-NAME-HEX.
+        "name": row["recipe"] or "-".join(row["run_id"].split("-")[2:-1]) or row["run_id"],
         "date": None
         if started is None
         else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1e6)),
-        "target": "embedded" if kind == "embedded" else conninfo or kind or "-",
+        "target": "embedded" if kind == "embedded" else conninfo or kind or None,
         "workload": workload_label(spec.get("workload"), spec.get("scripts") or [])
         if "workload" in spec or spec.get("scripts")
         else None,  # `sample`, `observe`, ...: pgscope drove no load
@@ -141,8 +142,8 @@ def _short_verdict(row: dict[str, Any]) -> str:
     verdict = (row["verdict"] or "").split(". ")[0].rstrip(".")
     if row["status"] == "complete":
         return verdict or "no summary"
-    reason = row.get("status_reason")
-    return f"{row['status']}: {reason or verdict or 'no summary'}"
+    reason = row.get("status_reason") or verdict
+    return f"{row['status']}: {reason}" if reason else row["status"]
 
 
 def _client_ranges(counts: list[int]) -> str:
