@@ -145,6 +145,9 @@ def test_plan_shows_workload_and_target_and_refuses_what_the_run_refuses(tmp_pat
     reading = pgscope("run", "--dsn", server, "--plan", "--json")
     assert reading.returncode == 0, reading.stderr
     assert set(json.loads(reading.stdout)["target"].split()) == set(server.split())
+    # Kernel tracing attaches to a server's binary: on a user's server, only when named.
+    assert "usdt" in plan["collectors"]
+    assert "usdt" not in json.loads(reading.stdout)["collectors"]
     for refused in (["--workload", "tpcb-like"], ["--set", "work_mem=8MB"]):
         result = pgscope("run", "--dsn", server, *refused, "--plan")
         assert result.returncode == ExitCode.REFUSED, (refused, result.stderr)

@@ -400,6 +400,7 @@ def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
     """The steps an experiment would run, in order, and an estimate of its time."""
     from pgscope.host import usable_cores
     from pgscope.runner.plan import plan_steps
+    from pgscope.runner.run import run_selection
     from pgscope.spec import setting_text
     from pgscope.words import counted
 
@@ -426,7 +427,7 @@ def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
             v: {k: setting_text(x) for k, x in {**spec.settings, **spec.variants[v]}.items()}
             for v in spec.variants
         },
-        "collectors": sorted(spec.collector_selection()),
+        "collectors": sorted(run_selection(spec, target is not None, lambda _: None)),
         "order": [
             {"step_id": s.step_id, "variant": s.variant, "clients": s.clients, "repeat": s.repeat}
             for s in steps

@@ -132,7 +132,7 @@ def execute(
     try:
         with signals_as_exceptions():
             collectors = CollectorSet(
-                _selection(spec, server, reporter.phase), env, store, reporter.phase
+                run_selection(spec, server is not None, reporter.phase), env, store, reporter.phase
             )
             with (
                 LoadUser.private(load_account(options.run_as), work_parent) as load_user,
@@ -195,14 +195,15 @@ def _pgbench(pg: PgBinaries) -> str | None:
         return None
 
 
-def _selection(
-    spec: Spec, server: ExistingServer | None, say: Callable[[str], None]
+def run_selection(
+    spec: Spec, on_users_server: bool, say: Callable[[str], None]
 ) -> dict[str, dict[str, Any]]:
-    """The collectors to run. On a user's server, those that attach to its processes or its
-    binary (kernel tracing, profiles) run only when named (`--collectors`, a [collectors]
-    table): by default they would cost every cluster of that binary, not only the target."""
+    """The collectors to run (`run --plan` lists them too). On a user's server, those that
+    attach to its processes or its binary (kernel tracing, profiles) run only when named
+    (`--collectors`, a [collectors] table): by default they would cost every cluster of that
+    binary, not only the target."""
     selection = spec.collector_selection()
-    if server is None or spec.collectors is not None:
+    if not on_users_server or spec.collectors is not None:
         return selection
     known = registry()
     for name in [n for n in selection if n in known and known[n].intrusive]:
