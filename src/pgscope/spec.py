@@ -26,12 +26,13 @@ from pydantic import (
 )
 
 from pgscope.errors import EnvironmentProblem, InputFileError, SpecError
+from pgscope.labels import split_weight, workload_label
 
 
 def safe_name(name: str) -> str:
     """A spec's name as one path component: it names the run folder, inside the results
     folder (`../../x` is `x`, `my test` is `my-test`)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:64] or "custom"
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip(".-")[:64] or "custom"
 
 
 BUILTIN_WORKLOADS = ("select-only", "tpcb-like", "simple-update")
@@ -255,6 +256,11 @@ class Spec(BaseModel):
 
         return default_selection() if self.collectors is None else dict(self.collectors)
 
+    def workload_label(self) -> str:
+        """What the load is, in a few words: "select-only", "insert.sql", "select-only +
+        mine.sql@3"."""
+        return workload_label(self.workload, self.scripts)
+
     def client_counts(self, cores: int) -> list[int]:
         """The client list, resolving "auto" against the host's core count."""
         if self.clients == "auto":
@@ -279,6 +285,20 @@ class Spec(BaseModel):
         if self.threads == "auto":
             return max(1, min(clients, cores))
         return min(self.threads, clients)
+
+
+def _workload_name(raw: dict[str, Any], file_workload: Any, flags: dict[str, str]) -> str | None:
+    """The run's name when the command line replaced the spec's workload: the scripts' names
+    (`insert+select`), or the spec's name with the builtin (`scaling-tpcb-like`). None: the
+    spec's workload stands, and so does its name."""
+    if flags.get("scripts") == "--script":
+        stems = [Path(split_weight(s)[0]).stem for s in raw.get("scripts") or []]
+        builtin = [raw["workload"]] if isinstance(raw.get("workload"), str) else []
+        return "+".join(dict.fromkeys([*builtin, *stems]))
+    workload = raw.get("workload")
+    if flags.get("workload") == "--workload" and workload != file_workload:
+        return f"{raw.get('name')}-{workload}"
+    return None
 
 
 def _check_pgscope_keys(settings: dict[str, SettingValue], where: str) -> None:
@@ -430,11 +450,15 @@ def load_spec(
         raw["workload"] = None
     if quick:
         raw.update(quick_table)
+    file_workload = raw.get("workload", Spec.model_fields["workload"].default)
     raw.update(overrides or {})
     if extra_settings:
         base = raw.get("settings", {})
         raw["settings"] = {**(base if isinstance(base, dict) else {}), **extra_settings}
     raw.setdefault("name", path.stem)
+    named = _workload_name(raw, file_workload, override_flags or {})
+    if named:
+        raw["name"] = named
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as exc:

@@ -451,18 +451,34 @@ def list_runs(results_dir: Path) -> list[dict[str, Any]]:
         try:
             run = store.run_row()
             counts = store.query(
-                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok FROM steps"
+                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok, "
+                "list(DISTINCT clients ORDER BY clients) AS clients FROM steps"
             )[0]
+            # The best cell: the highest mean over a (variant, clients) cell's ok steps.
+            best = store.query(
+                "SELECT max(tps) AS tps FROM (SELECT avg(tps) AS tps FROM steps "
+                "WHERE status = 'ok' AND tps > 0 GROUP BY variant, clients)"
+            )[0]["tps"]
         finally:
             store.close()
         status = run["status"] if run["status"] != "running" else "interrupted"
+        try:
+            spec = json.loads(run["spec_json"] or "{}")
+        except json.JSONDecodeError:
+            spec = {}
         row.update(
             recipe=run["recipe"],
             status=status,
+            status_reason=run["status_reason"],
             steps=counts["n"],
             steps_ok=counts["ok"],
             started_us=run["started_us"],
             server_version=run["server_version"],
+            target_kind=run["target_kind"],
+            target_conninfo=run["target_conninfo"],
+            spec=spec if isinstance(spec, dict) else {},
+            clients=list(counts["clients"] or []),
+            best_tps=best,
         )
         rows.append(row)
     return rows

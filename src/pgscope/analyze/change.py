@@ -1,4 +1,5 @@
-"""What changed from one run to another (`pgscope compare A B`): throughput per cell with a
+"""What changed from one run to another (`pgscope compare A B`): first whether the two measured
+the same thing (workload, scale, protocol, target, server, host), then throughput per cell with a
 Welch interval, the USL parameters, the wait classes at the peak, the top findings, the
 settings that differ and the CPU profile's differential. A pure function of two analyses."""
 
@@ -11,6 +12,8 @@ from typing import Any
 from pgscope.analyze.compare import Comparison, welch_interval
 from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.profile import differential
+from pgscope.labels import setting_label, workload_label
+from pgscope.words import counted
 
 # Settings that differ between any two runs and say nothing about them.
 IGNORED_SETTINGS = frozenset({"port", "unix_socket_directories", "application_name"})
@@ -22,6 +25,8 @@ class RunChange:
 
     a: str  # run ids
     b: str
+    runs: dict[str, dict[str, Any]]  # "a", "b": what each run measured (IDENTITY's keys)
+    differences: list[dict[str, Any]]  # what, a, b: where the two differ, in IDENTITY's order
     throughput: list[Comparison]  # B's cells against A's
     models: list[dict[str, Any]]  # per variant in both: USL parameters of each
     waits: list[dict[str, Any]]  # per wait class: share of active time at the peak, A and B
@@ -33,6 +38,9 @@ class RunChange:
         return {
             "a": self.a,
             "b": self.b,
+            "runs": self.runs,
+            "differences": self.differences,
+            "warning": self.warning,
             "throughput": [c.to_json() for c in self.throughput],
             "models": self.models,
             "waits": self.waits,
@@ -40,6 +48,54 @@ class RunChange:
             "settings": self.settings,
             "profile": self.profile,
         }
+
+    @property
+    def warning(self) -> str | None:
+        """What a reader must know before any percentage: the runs measured different things
+        (None: the same workload, scale, protocol, target, server and host)."""
+        if not self.differences:
+            return None
+        return (
+            f"the runs differ in {', '.join(d['what'] for d in self.differences)}: their "
+            f"numbers do not compare like for like"
+        )
+
+
+# What makes two runs' numbers comparable, in the order a reader checks it.
+IDENTITY = ("workload", "scale", "protocol", "target", "server", "host")
+
+
+def run_identity(run: RunAnalysis) -> dict[str, Any]:
+    """What `run` measured: its workload (builtin and script names), pgbench scale and
+    protocol, the target (embedded, or the server's connection string), the server's version
+    and the host's CPUs. A value is None where the run does not say (`sample`, `observe`)."""
+    spec = run.environment.spec
+    drove = "workload" in spec or bool(spec.get("scripts"))
+    protocol = spec.get("protocol")
+    if protocol and spec.get("connect_per_transaction"):
+        protocol = f"{protocol}, a connection per transaction"
+    host = run.environment.host
+    cpus = host.get("usable_cpus")
+    return {
+        "workload": workload_label(spec.get("workload"), spec.get("scripts") or [])
+        if drove
+        else f"none driven (pgscope {run.recipe})",
+        "scale": spec.get("scale") if drove else None,
+        "protocol": protocol if drove else None,
+        "target": "embedded" if run.target.kind == "embedded" else run.target.conninfo,
+        "server": _short_version(run.target.server_version),
+        "host": None
+        if cpus is None
+        else f"{counted(cpus, 'CPU')}"
+        + (f", {host['cpu_model']}" if host.get("cpu_model") else ""),
+    }
+
+
+def _short_version(version: str | None) -> str | None:
+    """ "PostgreSQL 15.18 (Debian ...) on x86_64..." -> "PostgreSQL 15.18"."""
+    if not version:
+        return None
+    return " ".join(version.split()[:2])
 
 
 def _tps(run: RunAnalysis, variant: str, clients: int) -> list[float]:
@@ -129,10 +185,33 @@ def _waits(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
     ]
 
 
-def _settings(run: RunAnalysis) -> dict[str, str]:
-    """The first variant's settings, each as SHOW would give it."""
-    first = next(iter(run.environment.settings.values()), [])
-    return {s.name: s.shown for s in first}
+def _settings(run: RunAnalysis) -> dict[str, str] | None:
+    """The first variant's settings that were not at their defaults, each in human units
+    (None: the run recorded no settings)."""
+    first = next(iter(run.environment.settings.values()), None)
+    if first is None:
+        return None
+    return {s.name: "-" if s.setting is None else setting_label(s.setting, s.unit) for s in first}
+
+
+def _setting_changes(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
+    """Each setting whose value differs; one absent from a run's record was at the server's
+    built-in default there ("(default)"), unless that run recorded none ("not recorded")."""
+    set_a, set_b = _settings(a), _settings(b)
+    if set_a is None and set_b is None:
+        return []
+
+    def value(values: dict[str, str] | None, name: str) -> str:
+        if values is None:
+            return "not recorded"
+        return values.get(name, "(default)")
+
+    names = (set_a or {}).keys() | (set_b or {}).keys()
+    return [
+        {"name": n, "a": value(set_a, n), "b": value(set_b, n)}
+        for n in sorted(names - IGNORED_SETTINGS)
+        if value(set_a, n) != value(set_b, n)
+    ]
 
 
 def compare_runs(a: RunAnalysis, b: RunAnalysis) -> RunChange:
@@ -140,11 +219,12 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis) -> RunChange:
         findings = run.diagnosis.findings if run.diagnosis else []
         return findings[0].title if findings else None
 
-    set_a, set_b = _settings(a), _settings(b)
-    settings = [
-        {"name": n, "a": set_a.get(n), "b": set_b.get(n)}
-        for n in sorted(set_a.keys() | set_b.keys())
-        if set_a.get(n) != set_b.get(n) and n not in IGNORED_SETTINGS
+    settings = _setting_changes(a, b)
+    ids = {"a": run_identity(a), "b": run_identity(b)}
+    differences = [
+        {"what": key, "a": ids["a"][key], "b": ids["b"][key]}
+        for key in IDENTITY
+        if ids["a"][key] != ids["b"][key]
     ]
     profile = None
     pa, pb = a.cpu.run_profile, b.cpu.run_profile
@@ -160,6 +240,8 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis) -> RunChange:
     return RunChange(
         a.run_id,
         b.run_id,
+        ids,
+        differences,
         _throughput(a, b),
         _models(a, b),
         _waits(a, b),

@@ -20,8 +20,10 @@ def compare(
     run_b: Annotated[Path, typer.Argument(help="The run compared (after).")],
     as_json: JsonFlag = False,
 ) -> None:
-    """What changed from RUN_A to RUN_B: throughput per cell (with a 95% interval), the
-    model, the wait profile at the highest client count, the top finding, the settings, and
+    """What changed from RUN_A to RUN_B. First whether they measured the same thing (workload,
+    scale, protocol, target, server version, host): a difference is a warning, said before
+    any number. Then throughput per cell (with a 95% interval), the model, the wait profile at
+    the highest client count, the top finding, the settings that differ (in human units), and
     the CPU profile where both runs have one.
 
     \b
@@ -37,6 +39,23 @@ def compare(
         return
     out = out_console()
     out.print(f"[bold]{escape(change.a)} → {escape(change.b)}[/bold]")
+    # Whether the two measured the same thing comes before any percentage.
+    if change.warning:
+        out.print(f"[bold yellow]warning:[/bold yellow] {escape(change.warning)}")
+        for d in change.differences:
+            out.print(
+                f"  {d['what']}: {_shown(d['a'])} → {_shown(d['b'])}",
+                highlight=False,
+                markup=False,
+            )
+    else:
+        same = change.runs["a"]
+        out.print(
+            "same: "
+            + ", ".join(f"{key} {_shown(same[key])}" for key in same if same[key] is not None),
+            highlight=False,
+            markup=False,
+        )
     if change.throughput:
         table = Table(title="throughput", title_justify="left", show_edge=False)
         for name in ("variant", "clients", "A tps", "B tps", "change", "95% interval", ""):
@@ -78,3 +97,7 @@ def compare(
     if change.profile:
         grew = ", ".join(f"{d['name']} {d['delta']:+.1%}" for d in change.profile["grew"][:5])
         out.print(f"CPU profile, grew most: {grew}", highlight=False, markup=False)
+
+
+def _shown(value: object) -> str:
+    return "not recorded" if value is None else str(value)

@@ -4,8 +4,8 @@ A command uses one as its parameter's annotation and keeps its default in the si
 `as_json: JsonFlag = False`. Where an option means something different in one command, that
 command declares it itself: `--dsn` (the server to run against, to sample, or to trace),
 `--duration` and `--hz` (their own units and bounds), `--json` where the help says what the
-document holds (sample, trace, profile, fit usl, report, recipes), `--results-dir` of `runs` (read,
-not written).
+document holds (sample, trace, profile, fit usl, report, recipes, runs), `--results-dir` of
+`runs` (read, not written).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ JsonFlag = Annotated[
     bool,
     typer.Option("--json", help="Print one JSON document (schema in docs/json.md) on stdout."),
 ]
-"""--json where the document needs no more words: run, runs, compare, doctor."""
+"""--json where the document needs no more words: run, compare, doctor."""
 
 ResultsDir = Annotated[
     Path,

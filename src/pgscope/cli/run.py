@@ -18,7 +18,13 @@ from pgscope.cli.options import (
     resolve_dsn,
 )
 from pgscope.cli.title import safe_command_line
-from pgscope.errors import EnvironmentProblem, Interrupted, RunFailed
+from pgscope.errors import (
+    EnvironmentProblem,
+    InputFileError,
+    Interrupted,
+    RunFailed,
+    UsageError,
+)
 
 
 def _absolute_script(text: str) -> str:
@@ -34,11 +40,22 @@ def _absolute_script(text: str) -> str:
 @app.command()
 def run(
     recipe: Annotated[
-        str,
+        str | None,
         typer.Argument(
-            help="A bundled recipe name (see `pgscope recipes`) or a spec file (.toml)."
+            help="A bundled recipe name (see `pgscope recipes`) or a spec file (.toml); "
+            "default: scaling.",
+            show_default=False,
         ),
-    ] = "scaling",
+    ] = None,
+    again: Annotated[
+        Path | None,
+        typer.Option(
+            "--again",
+            help="Run a run folder's experiment again: its spec.toml, as that run ran it "
+            "(variants, client counts, durations, order and seed, its copies of the scripts "
+            "and init SQL). Flags given too apply on top.",
+        ),
+    ] = None,
     quick: Annotated[
         bool,
         typer.Option("--quick", help="Use the recipe's [quick] settings: fewer, shorter steps."),
@@ -193,6 +210,7 @@ def run(
       pgscope run my.toml --set shared_buffers=1GB
       pgscope run --script insert.sql --init-sql schema.sql --scale 0 --clients 1-8
       pgscope run --dsn "host=db1 dbname=bench user=me" --workload select-only
+      pgscope run --again results/20261124-071918-lookup-df88
     """
     from pgscope.analyze.load import load_analysis
     from pgscope.cli.progress import ConsoleReporter
@@ -250,11 +268,36 @@ def run(
     if init_sql is not None:
         override("init_sql", "--init-sql", str(init_sql.expanduser().absolute()))
     settings = dict(parse_setting(s) for s in set_ or [])
-    loaded = load_spec(
-        recipe, quick=quick, overrides=overrides, override_flags=flags, extra_settings=settings
-    )
+    if again is not None:
+        if recipe is not None:
+            raise UsageError(f"--again {again} and {recipe}: give one of them")
+        if quick:
+            raise UsageError("--again and --quick: the run's spec.toml is already as it ran")
+        recipe = str(kept_spec(again))
+        note = _target_note(again, dsn)
+        if note:
+            err.print(f"· {note}", highlight=False, markup=False)
+    try:
+        loaded = load_spec(
+            recipe or "scaling",
+            quick=quick,
+            overrides=overrides,
+            override_flags=flags,
+            extra_settings=settings,
+        )
+    except InputFileError as exc:
+        if again is None:
+            raise
+        # A kept copy gone from inputs/: the folder cannot run as it ran.
+        raise InputFileError(f"--again {again}: {exc}") from None
+    target = ConnParams.from_dsn(dsn, dsn_source) if dsn is not None else None
     if plan:
-        _show_plan(loaded, as_json)
+        from pgscope.host import usable_cores
+        from pgscope.runner.preflight import check_request
+
+        # The real run's refusals, said here too: a plan the run would refuse is no plan.
+        check_request(loaded, usable_cores(), target, allow_writes)
+        _show_plan(loaded, target, as_json)
         return
     options = RunOptions(
         results_dir=results_dir,
@@ -311,11 +354,55 @@ def run(
         )
 
 
-def _show_plan(loaded: Any, as_json: bool) -> None:
+def kept_spec(run_dir: Path) -> Path:
+    """The spec.toml of a run folder `pgscope run` wrote, or a one-line error (exit 3) saying
+    why `run_dir` is not one."""
+    from pgscope.runner.reproduce import SPEC_FILE
+    from pgscope.spec import not_a_file
+    from pgscope.store import STORE_FILE
+
+    if not run_dir.is_dir():
+        problem = not_a_file(run_dir) if run_dir.exists() else "no such folder"
+        raise InputFileError(f"--again {run_dir}: {problem}; expected a run folder")
+    if not (run_dir / STORE_FILE).is_file():
+        raise InputFileError(f"--again {run_dir}: not a pgscope run folder (no {STORE_FILE})")
+    path = run_dir / SPEC_FILE
+    if not path.is_file():
+        raise InputFileError(
+            f"--again {run_dir}: the folder has no {SPEC_FILE} (only `pgscope run` keeps one, "
+            f"since pgscope 0.1.0): it cannot be run again"
+        )
+    return path
+
+
+def _target_note(run_dir: Path, dsn: str | None) -> str | None:
+    """What to know when --again runs elsewhere than the run did: pgscope never connects to a
+    server the command line does not name, so a `--dsn` run is repeated on one only with
+    `--dsn` again."""
+    from pgscope.store import RunStore
+
+    store = RunStore.open(run_dir)
+    try:
+        run = store.run_row()
+    finally:
+        store.close()
+    if run["target_kind"] == "server" and dsn is None:
+        return (
+            f"{run_dir.name} ran on {run['target_conninfo']}; this run starts an embedded "
+            f"cluster (pass --dsn to run there again)"
+        )
+    if run["target_kind"] == "embedded" and dsn is not None:
+        return f"{run_dir.name} ran on an embedded cluster; this run uses the server of --dsn"
+    return None
+
+
+def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
     """The steps an experiment would run, in order, and an estimate of its time."""
     from pgscope.host import usable_cores
     from pgscope.runner.plan import plan_steps
+    from pgscope.runner.run import run_selection
     from pgscope.spec import setting_text
+    from pgscope.words import counted
 
     spec = loaded.spec
     cores = usable_cores()
@@ -325,6 +412,10 @@ def _show_plan(loaded: Any, as_json: bool) -> None:
     document = {
         "recipe": spec.name,
         "source": loaded.source,
+        "workload": spec.workload_label(),
+        "scale": spec.scale,
+        "protocol": spec.protocol,
+        "target": "embedded" if target is None else target.conninfo(),
         "steps": len(steps),
         "estimated_seconds": round(estimate),
         "clients": spec.client_counts(cores),
@@ -336,7 +427,7 @@ def _show_plan(loaded: Any, as_json: bool) -> None:
             v: {k: setting_text(x) for k, x in {**spec.settings, **spec.variants[v]}.items()}
             for v in spec.variants
         },
-        "collectors": sorted(spec.collector_selection()),
+        "collectors": sorted(run_selection(spec, target is not None, lambda _: None)),
         "order": [
             {"step_id": s.step_id, "variant": s.variant, "clients": s.clients, "repeat": s.repeat}
             for s in steps
@@ -347,9 +438,16 @@ def _show_plan(loaded: Any, as_json: bool) -> None:
         return
     out = out_console()
     out.print(
-        f"{spec.name}: {len(steps)} steps of {spec.warmup + spec.duration:g} s, about "
-        f"{estimate / 60:.0f} min plus set-up",
+        f"{spec.name}: {counted(len(steps), 'step')} of {spec.warmup + spec.duration:g} s, "
+        f"about {f'{estimate:.0f} s' if estimate < 90 else f'{estimate / 60:.0f} min'} "
+        f"plus set-up",
         highlight=False,
+    )
+    out.print(
+        f"workload {document['workload']} at scale {spec.scale}, protocol {spec.protocol}; "
+        f"target {document['target'] if target is not None else 'an embedded cluster'}",
+        highlight=False,
+        markup=False,
     )
     out.print(
         f"clients {', '.join(map(str, spec.client_counts(cores)))}; repeats "

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, out_console, print_json
-from pgscope.cli.options import JsonFlag
 from pgscope.errors import EnvironmentProblem, UsageError
 
 
@@ -52,23 +55,106 @@ def runs(
     results_dir: Annotated[
         Path, typer.Option("--results-dir", help="Where run folders are.")
     ] = DEFAULT_RESULTS,
-    as_json: JsonFlag = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the list as JSON, newest first: name, date, target, workload, "
+            "clients, best tps, verdict and more per run (docs/json.md).",
+        ),
+    ] = False,
 ) -> None:
-    """List the runs in the results folder, newest first."""
+    """List the runs in the results folder, newest first: when, what (name and workload),
+    where (the target), the client counts, the best cell's throughput and the verdict."""
     from pgscope.store import list_runs
 
-    rows = list_runs(results_dir)
+    rows = [_listed(row) for row in list_runs(results_dir)]
     if as_json:
         print_json(rows)
         return
     if not rows:
         typer.echo(f"no runs in {results_dir}")
         return
-    for row in rows:
-        typer.echo(
-            f"{row['run_id']:<44} {row['status']:<12} {row['steps_ok']:>3}/"
-            f"{row['steps']:<3} steps  {row['recipe']}"
+    header = ("date (UTC)", "name", "target", "workload", "clients", "best tps", "verdict")
+    lines = [header] + [
+        (
+            "-" if row["date"] is None else row["date"][:16].replace("T", " "),
+            row["name"],
+            row["target"] or "-",
+            row["workload"] or "-",
+            _client_ranges(row["clients"]) or "-",
+            "-" if row["best_tps"] is None else f"{row['best_tps']:,.0f}",
+            _short_verdict(row),
         )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    # On a terminal a line ends at its edge (the verdict cut short); piped, it is whole.
+    room = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    for line in lines:
+        cells = [
+            cell.rjust(width) if i == 5 else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=False))
+        ]
+        text = "  ".join([*cells, line[-1]])
+        if room is not None and len(text) > room:
+            text = text[: room - 1] + "…"
+        typer.echo(text)
+
+
+def _listed(row: dict[str, Any]) -> dict[str, Any]:
+    """A run as `runs` lists it: the store's summary row, with what a reader asks first."""
+    from pgscope.labels import workload_label
+
+    spec = row.pop("spec", {})
+    kind, conninfo = row.pop("target_kind", None), row.pop("target_conninfo", None)
+    started, best = row.get("started_us"), row.pop("best_tps", None)
+    return {
+        # An unreadable store still has its folder's name: DATE-TIME-NAME-HEX.
+        "name": row["recipe"] or "-".join(row["run_id"].split("-")[2:-1]) or row["run_id"],
+        "date": None
+        if started is None
+        else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1e6)),
+        "target": "embedded" if kind == "embedded" else conninfo or kind or None,
+        "workload": workload_label(spec.get("workload"), spec.get("scripts") or [])
+        if "workload" in spec or spec.get("scripts")
+        else None,  # `sample`, `observe`, ...: pgscope drove no load
+        "scale": spec.get("scale"),
+        "clients": row.pop("clients", []),
+        "best_tps": None if best is None else round(best, 1),
+        "verdict": _verdict(Path(row["run_dir"])),
+        **row,
+    }
+
+
+def _verdict(run_dir: Path) -> str | None:
+    """The verdict the run's summary.json gives (None: no summary was written)."""
+    try:
+        document = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    verdict = document.get("verdict") if isinstance(document, dict) else None
+    return verdict if isinstance(verdict, str) else None
+
+
+def _short_verdict(row: dict[str, Any]) -> str:
+    """The verdict's first sentence; a run that did not complete says so first."""
+    verdict = (row["verdict"] or "").split(". ")[0].rstrip(".")
+    if row["status"] == "complete":
+        return verdict or "no summary"
+    reason = row.get("status_reason") or verdict
+    return f"{row['status']}: {reason}" if reason else row["status"]
+
+
+def _client_ranges(counts: list[int]) -> str:
+    """[1, 2, 3, 4, 8] -> "1-4, 8"."""
+    spans: list[list[int]] = []
+    for n in sorted(set(counts)):
+        if spans and spans[-1][-1] == n - 1:
+            spans[-1].append(n)
+        else:
+            spans.append([n])
+    return ", ".join(str(s[0]) if len(s) == 1 else f"{s[0]}-{s[-1]}" for s in spans)
 
 
 @app.command()

@@ -10,12 +10,27 @@ from pgscope.drive.readonly import lifting_statement
 from pgscope.errors import EnvironmentProblem, RefusedError, SpecError
 from pgscope.runner.variants import effective_settings, variant_cpus, variant_instances
 from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, ScriptRef, Spec, setting_text
+from pgscope.target.conn import ConnParams
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.server import ExistingServer
 from pgscope.words import n_clients
 
 MIN_FREE_RESULTS = 64 * 2**20  # the store, logs and per-step transaction logs of a short run
 MIN_FREE_CLUSTER = 256 * 2**20  # initdb, WAL, and pgbench's tables on top (per scale unit)
+
+
+def check_request(
+    loaded: LoadedSpec, cores: int, target: ConnParams | None, allow_writes: bool
+) -> None:
+    """The refusals of a run, said before anything connects or starts (so `run --plan` says
+    them too): variants this host cannot run; on a user's server (`target`), what pgscope
+    does only to clusters it owns, and writes unless `allow_writes`."""
+    check_host_fits(loaded, cores)
+    if target is None:
+        return
+    check_server_request(loaded.spec, ExistingServer(target, allow_writes), allow_writes)
+    if not allow_writes:
+        check_read_only_scripts(loaded.scripts())
 
 
 def check_host_fits(loaded: LoadedSpec, cores: int) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import secrets
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,13 +29,8 @@ from pgscope.proc import RunAs, server_account
 from pgscope.runner.context import Reporter, RunContext
 from pgscope.runner.loop import run_steps
 from pgscope.runner.plan import plan_steps
-from pgscope.runner.preflight import (
-    check_folders,
-    check_host_fits,
-    check_read_only_scripts,
-    check_server_request,
-    validate_variants,
-)
+from pgscope.runner.preflight import check_folders, check_request, validate_variants
+from pgscope.runner.reproduce import keep_spec, keep_versions
 from pgscope.runner.topology import Topology
 from pgscope.signals import received, signals_as_exceptions, signals_deferred
 from pgscope.spec import LoadedSpec, Spec
@@ -83,7 +79,8 @@ def execute(
     """
     spec = loaded.spec
     cores = usable_cores()
-    check_host_fits(loaded, cores)
+    target = ConnParams.from_dsn(options.dsn) if options.dsn else None
+    check_request(loaded, cores, target, options.allow_writes)
     if spec.seed is not None:
         seed = spec.seed
     elif seed is None:
@@ -94,11 +91,8 @@ def execute(
     pg.path("pgbench")  # fail now, not after initdb, when pgbench is missing
     server: ExistingServer | None = None
     account: RunAs | None = None
-    if options.dsn:
-        server = ExistingServer(ConnParams.from_dsn(options.dsn), options.allow_writes)
-        check_server_request(spec, server, options.allow_writes)
-        if not options.allow_writes:
-            check_read_only_scripts(loaded.scripts())
+    if target is not None:
+        server = ExistingServer(target, options.allow_writes)
         server.check_reachable()
         if not options.allow_writes:
             verify_read_only(server.conn)
@@ -123,6 +117,11 @@ def execute(
     cluster_dir = work_parent if account is not None else None
     check_folders(options.results_dir, cluster_dir, spec.scale)
     store = RunStore.create(run_dir, meta)
+    try:
+        keep_spec(run_dir, loaded, cores, seed, options.command_line)
+    except BaseException as exc:
+        _fail(store, run_dir, exc)
+        raise
     store.add_event("plan", f"{len(steps)} steps, seed {seed}, {cores} usable cores")
     for leftover in leftovers.find([work_parent, Path(tempfile.gettempdir())]):
         reporter.phase(f"removing what a killed run left: {leftover.describe()}")
@@ -133,7 +132,7 @@ def execute(
     try:
         with signals_as_exceptions():
             collectors = CollectorSet(
-                _selection(spec, server, reporter.phase), env, store, reporter.phase
+                run_selection(spec, server is not None, reporter.phase), env, store, reporter.phase
             )
             with (
                 LoadUser.private(load_account(options.run_as), work_parent) as load_user,
@@ -181,18 +180,30 @@ def execute(
         _ingest_server_log(store, run_dir / "server.log")
         status = _final_status(store, error)
         store.finish_run(status, str(error) if error else None)
+        run = store.run_row()
         store.close()
+        with contextlib.suppress(EnvironmentProblem):  # the store has them too
+            keep_versions(run_dir, run["server_version"], run["server_version_num"], _pgbench(pg))
     return RunOutcome(run_dir, status, error or (late[0] if late else None))
 
 
-def _selection(
-    spec: Spec, server: ExistingServer | None, say: Callable[[str], None]
+def _pgbench(pg: PgBinaries) -> str | None:
+    """pgbench's version, as it says it (None when it cannot say)."""
+    try:
+        return pg.version("pgbench") or None
+    except (OSError, subprocess.SubprocessError, EnvironmentProblem):
+        return None
+
+
+def run_selection(
+    spec: Spec, on_users_server: bool, say: Callable[[str], None]
 ) -> dict[str, dict[str, Any]]:
-    """The collectors to run. On a user's server, those that attach to its processes or its
-    binary (kernel tracing, profiles) run only when named (`--collectors`, a [collectors]
-    table): by default they would cost every cluster of that binary, not only the target."""
+    """The collectors to run (`run --plan` lists them too). On a user's server, those that
+    attach to its processes or its binary (kernel tracing, profiles) run only when named
+    (`--collectors`, a [collectors] table): by default they would cost every cluster of that
+    binary, not only the target."""
     selection = spec.collector_selection()
-    if server is None or spec.collectors is not None:
+    if not on_users_server or spec.collectors is not None:
         return selection
     known = registry()
     for name in [n for n in selection if n in known and known[n].intrusive]:

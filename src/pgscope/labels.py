@@ -1,0 +1,57 @@
+"""A run's workload and a server setting in the words every layer shows them with: the spec
+writes a run's name from them, `runs` lists them, `compare` checks two runs against them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pgscope.words import human_bytes, plain
+
+
+def split_weight(text: str) -> tuple[str, int]:
+    """`FILE[@weight]` -> (FILE, weight): `x.sql@3` is ("x.sql", 3); `x@y.sql` is
+    ("x@y.sql", 1)."""
+    name, sep, weight = text.rpartition("@")
+    if not sep or not weight.isdigit():
+        return text, 1
+    return name, int(weight)
+
+
+def workload_label(workload: str | None, scripts: list[str]) -> str:
+    """A builtin and scripts as a reader names them: "select-only", "insert.sql",
+    "select-only + mine.sql@3" (file names; weights other than 1)."""
+    parts = [workload] if workload else []
+    for script in scripts:
+        name, weight = split_weight(script)
+        parts.append(Path(name).name + (f"@{weight}" if weight != 1 else ""))
+    return " + ".join(parts) or "none"
+
+
+# pg_settings' units: memory in bytes, time in seconds.
+_MEMORY = {"B": 1, "kB": 2**10, "8kB": 8 * 2**10, "MB": 2**20, "16MB": 16 * 2**20}
+_TIME = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
+# The largest that divides a duration exactly names it: 300 s is "5 min", 1500 ms stays.
+_TIME_NAMES = (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3))
+
+
+def setting_label(setting: str, unit: str | None) -> str:
+    """A setting as pg_settings gives it (`setting`, `unit`) in human units: shared_buffers
+    964161 x 8kB is "7.36 GiB", checkpoint_timeout 300 s is "5 min", "off" is "off"."""
+    if not unit:
+        return setting
+    try:
+        number = float(setting)
+    except ValueError:
+        return f"{setting} {unit}"
+    if number <= 0:  # -1 and 0 mean "off" or "as another setting" to PostgreSQL: no size
+        return setting
+    if unit in _MEMORY:
+        return human_bytes(number * _MEMORY[unit])
+    if unit in _TIME:
+        seconds = number * _TIME[unit]
+        for name, size in _TIME_NAMES:
+            count = seconds / size
+            if count >= 1 and abs(count - round(count)) < 1e-9:
+                return f"{round(count)} {name}"
+        return f"{plain(number)} {unit}"
+    return f"{setting} {unit}"
