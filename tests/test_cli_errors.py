@@ -167,6 +167,17 @@ CASES = {
         ExitCode.TARGET,
         "cannot connect to",
     ),
+    "sample an unreachable DSN": (
+        lambda t: [
+            "sample",
+            "--dsn",
+            "host=127.0.0.1 port=1 dbname=x connect_timeout=3",
+            "--results-dir",
+            str(t / "r"),
+        ],
+        ExitCode.TARGET,
+        "cannot connect to",
+    ),
     "unknown option": (lambda t: ["run", "--colour"], ExitCode.USAGE, "No such option"),
     "missing argument": (lambda t: ["report"], ExitCode.USAGE, "Missing argument"),
     "not a run folder": (lambda t: ["report", str(t)], ExitCode.SPEC, "not a pgscope run folder"),
@@ -271,14 +282,14 @@ def test_the_dsn_comes_from_a_file_or_the_environment_and_its_password_stays_hid
         command, "--dsn", f"{UNREACHABLE} user=flaguser", *results,
         env={"PGSCOPE_DSN": "host=/nonexistent user=envuser"},
     )  # fmt: skip
-    # sample says so through its collector, which could not start (every one unavailable: 4).
-    code = ExitCode.TARGET if command == "run" else ExitCode.ENVIRONMENT
     for result, user in ((from_file, None), (from_env, "envuser"), (overridden, "flaguser")):
-        assert result.returncode == code, result.stderr
+        assert result.returncode == ExitCode.TARGET, result.stderr
         message = one_line_error(result)
         assert "cannot connect to" in message and "port=1" in message
         assert user is None or f"user={user}" in message
         assert secret not in result.stderr + result.stdout
+    # Refused before any run folder: a server never reached leaves no failed run behind.
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
     if command == "run":
         assert f"· server from --dsn-file {dsn_file}: " in from_file.stderr
         assert "· server from $PGSCOPE_DSN: " in from_env.stderr

@@ -54,6 +54,7 @@ def sample(
     from pgscope.analyze.load import load_analysis
     from pgscope.collect.base import CollectorEnv
     from pgscope.collect.pgws import PgwsCollector
+    from pgscope.drive.readonly import guarded
     from pgscope.errors import TargetError, UsageError
     from pgscope.render.waits import print_waits
     from pgscope.session import SessionTarget, collect
@@ -63,7 +64,10 @@ def sample(
     dsn, dsn_source = resolve_dsn(dsn, dsn_file)
     if dsn is None:
         raise UsageError("which server? give --dsn, --dsn-file or $PGSCOPE_DSN")
-    conn = ConnParams.from_dsn(dsn, dsn_source)
+    # Read-only by the server's rule, as observe's sessions are; and reached once before a
+    # run folder exists, so an unreachable server is exit 5 and leaves nothing behind.
+    conn = guarded(ConnParams.from_dsn(dsn, dsn_source))
+    conn.connect().close()
     pg = find_binaries(None, need_server=False)
     selection: dict[str, dict[str, Any]] = {"activity": {"hz": hz, "reconnect_s": 0}}
     env = CollectorEnv(pg, "server", conn, os.geteuid() == 0)
