@@ -4,6 +4,7 @@ rule semantics on small made-up sheets. No server: these run in milliseconds."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -336,3 +337,31 @@ def test_transactions_thrown_away_come_before_commits_that_wait() -> None:
     few = {**facts, "xact__failed_share": 0.10}
     found = diagnose([sheet(**few), FactSheet(None, None)]).findings
     assert [f.id for f in found[:2]] == ["commit-flush", "failing-transactions"], found
+
+
+def _cpu_saturation_advice(**facts: float) -> list[str]:
+    rule = next(r for r in RULES if r.id == "cpu-saturation")
+    cell = sheet(host__server_cpus_busy=0.97, host__client_cpu=0.31, **facts)
+    found = evaluate(rule, cell, ADVICE)
+    assert isinstance(found, Finding), found
+    return found.recommendations
+
+
+def test_advice_reads_the_run_it_is_given_for() -> None:
+    """Never recommend what the run already did (-M prepared on a prepared run); a fact the
+    advice names reads as its value, not as its name."""
+    prepared = _cpu_saturation_advice(pgbench__prepared=1.0)
+    simple = _cpu_saturation_advice(pgbench__prepared=0.0)
+    unknown = _cpu_saturation_advice()  # a run that did not record how pgbench ran
+    assert not any("-M prepared" in text for text in prepared), prepared
+    assert any("-M prepared" in text for text in simple), simple
+    assert any("-M prepared" in text for text in unknown), unknown
+    assert len(simple) == len(prepared) + 1
+    load_generator = next(text for text in simple if "load generator" in text)
+    assert "(31% here)" in load_generator and "host.client_cpu" not in load_generator
+    # No rule's advice shows a bare fact name to the reader, "(host.client_cpu)": a fact is
+    # named in braces, to be read as its value.
+    for rule in RULES:
+        for entry in rule.recommendations:
+            text = entry if isinstance(entry, str) else entry["text"]
+            assert not re.search(r"\((?:[a-z_]+\.)+[a-z_]+\)", text), (rule.id, text)

@@ -16,6 +16,7 @@ standby in four); then the score.
 from __future__ import annotations
 
 import operator
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,7 +83,10 @@ class Rule:
     high: float
     evidence: list[str]
     refute: str
-    recommendations: list[str]
+    # Each: a text, or a table {text, unless}: advice the run already follows (its `unless`
+    # holds on the cell's facts) is left out. "{fact.name}" in a text reads as the measured
+    # value ("not measured" when the run lacks it).
+    recommendations: list[str | dict[str, Any]]
     scope: str = "variant"
     require: list[list[Any]] = field(default_factory=list)
     weaken: list[list[Any]] = field(default_factory=list)
@@ -119,6 +123,30 @@ def _resolve(sheet: FactSheet, name: str) -> Fact | None:
         matches = [f for n, f in sheet.facts.items() if n.startswith(prefix)]
         return max(matches, key=lambda f: f.value) if matches else None
     return sheet.get(name)
+
+
+_FACT_IN_TEXT = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_:]+)+)\}")
+
+
+def _advice(entries: list[str | dict[str, Any]], sheet: FactSheet) -> list[str]:
+    """The rule's advice as this run reads it: what the run already does left out, the
+    facts it names given their measured values."""
+    kept = []
+    for entry in entries:
+        text = entry if isinstance(entry, str) else entry["text"]
+        conditions = [] if isinstance(entry, str) else entry.get("unless", [])
+        if any(
+            (fact := _resolve(sheet, name)) is not None and OPS[op](fact.value, float(threshold))
+            for name, op, threshold in conditions
+        ):
+            continue
+
+        def measured(match: re.Match[str]) -> str:
+            fact = _resolve(sheet, match.group(1))
+            return f"{fact.shown()} here" if fact is not None else "not measured here"
+
+        kept.append(_FACT_IN_TEXT.sub(measured, text))
+    return kept
 
 
 def _needs(missing: list[str]) -> list[str]:
@@ -167,7 +195,7 @@ def evaluate(
             weakened.append(f"{reason} ({fact.label}: {fact.shown()})")
             level -= 1
     title = rule.title
-    recommendations = list(rule.recommendations)
+    recommendations = _advice(rule.recommendations, sheet)
     if rule.name_from:
         source = _resolve(sheet, rule.name_from)
         suffix = ""

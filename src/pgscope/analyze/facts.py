@@ -123,6 +123,10 @@ def _cell_sheet(
         "spec",
         "the highest client count measured" if peak else "the client count of this cell",
     )
+    protocol = analysis.environment.spec.get("protocol")
+    if protocol is not None:  # pgbench drove the load: advice reads how
+        prepared = 1.0 if protocol == "prepared" else 0.0
+        sheet.add("pgbench.prepared", prepared, "yes/no", "spec", "pgbench ran with -M prepared")
     if cell.tps_mean:
         _scaling_facts(sheet, analysis, variant, [c for c in cells if c.clients <= n])
     _failure_facts(sheet, analysis, variant, n)

@@ -68,6 +68,8 @@ class Fact:
             return f"{v:+.1f}%"
         if self.unit in ("tps", "count", "clients"):
             return f"{v:,.0f}"
+        if self.unit == "yes/no":
+            return "yes" if v else "no"
         if self.unit == "coefficient":  # a model's term, not a fraction of anything
             return plain(v, 3)
         if self.unit == "ms" and v >= 1000:
