@@ -289,6 +289,13 @@ def test_a_report_without_tracing_or_profiling_says_why(
     assert "The perf collector could not run here" in notes and "perf" in notes
     html = (run_dir / "report.html").read_text()
     assert "What this run could not judge" in html
+    # A rule whose evidence could have come and did not says so, not only what it needs (the
+    # source named there may have run).
+    summary = json.loads((run_dir / "summary.json").read_text())
+    unexplained = [n for n in summary["diagnosis"]["not_assessed"] if not n["why"]]
+    assert unexplained, "the reference run has rules its collectors could not feed"
+    for item in unexplained:
+        assert f"this run measured none of: {', '.join(item['missing'])}" in html, item
 
 
 def test_a_missing_foreign_or_corrupt_store_is_a_one_line_error(tmp_path: Path) -> None:
