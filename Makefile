@@ -17,9 +17,10 @@ test: setup
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
 # No test here may start PostgreSQL, pgbench, bpftrace or perf: tests/conftest.py makes them
-# fail when the selection has no test marked for them.
+# fail when the selection has no test marked for them. With no load to measure, they run on
+# every core (pytest-xdist); `make test` stays serial, since its runs measure the host's CPU.
 test-fast: setup
-	.venv/bin/python -m pytest -m "not server and not tracing" $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -m "not server and not tracing" -n auto $(PYTEST_ARGS)
 
 lint: setup
 	.venv/bin/ruff check src tests bench
