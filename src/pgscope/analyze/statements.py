@@ -144,6 +144,8 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
             "SELECT queryid FROM statement_texts WHERE query ILIKE 'SET pg_stat_statements.track%'"
         ).fetchall()
     }
+    if table_exists(db, "statement_own"):  # seen running in pgscope's sessions
+        own |= {int(q) for (q,) in db.execute("SELECT queryid FROM statement_own").fetchall()}
     statements = [s for s in statements if s.queryid not in own]
     called = {s.queryid for s in statements}
     texts = {

@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS statement_readings (
     wal_bytes DOUBLE, jit_ms DOUBLE, read_ms DOUBLE, write_ms DOUBLE
 );
 CREATE TABLE IF NOT EXISTS statement_texts (queryid BIGINT NOT NULL, query VARCHAR);
+CREATE TABLE IF NOT EXISTS statement_own (queryid BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS statement_plans (
     step_id INTEGER NOT NULL, queryid BIGINT NOT NULL, plan VARCHAR, error VARCHAR
 );
@@ -92,10 +93,20 @@ STATEMENT_COLUMNS: dict[str, tuple[str, ...]] = {
 JIT_TIMES = ("jit_inlining_time", "jit_optimization_time", "jit_emission_time")
 
 STATEMENTS_SQL = """
-SELECT s.queryid, row_to_json(s)::text FROM pg_stat_statements(false) s
+SELECT s.queryid, row_to_json(s)::text, s.queryid IN (SELECT query_id FROM own)
+FROM pg_stat_statements(false) s
 WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND s.queryid IS NOT NULL
 """
+# pgscope's own statements, which its sessions cannot keep out of pg_stat_statements where the
+# role may not set pg_stat_statements.track (a pg_monitor role on a user's server): those its
+# sessions run at the moment of the reading, this one and the activity sampler's batch above
+# all (its pg_sleep makes its execution time the wall-clock time: on a quiet server it would
+# be the statement with the most execution time).
+STATEMENTS_SQL = (
+    "WITH own AS (SELECT query_id FROM pg_stat_activity "
+    "WHERE application_name LIKE 'pgscope%' AND query_id IS NOT NULL)\n" + STATEMENTS_SQL
+)
 # pg_stat_statements(false) skips reading the texts' file; texts are read once per new id.
 TEXTS_SQL = """
 SELECT DISTINCT ON (queryid) queryid, left(query, 2000) FROM pg_stat_statements(true)
@@ -200,6 +211,7 @@ class StatementsCollector(Collector):
         ctx.store.ensure_schema(SCHEMA)
         self.known_texts: dict[int, str] = {}
         self.explained: set[int] = set()
+        self.own: set[int] = set()  # pgscope's own statements, as seen so far
         self.started_ms: dict[int, float] = {}  # exec time per statement at the step's start
         self.explain = ctx.env.target_kind == "embedded"
         with ctx.conn.connect(application_name=APPLICATION_NAME) as session:
@@ -237,7 +249,7 @@ class StatementsCollector(Collector):
             ts = now_us()
             tables = session.execute(TABLES_SQL).fetchall()
             statements = session.execute(STATEMENTS_SQL).fetchall() if self.statements else []
-            new = [int(q) for q, _ in statements if int(q) not in self.known_texts]
+            new = [int(q) for q, _, _ in statements if int(q) not in self.known_texts]
             texts = session.execute(TEXTS_SQL, [new]).fetchall() if new else []
         self.store.append(
             "table_readings",
@@ -256,7 +268,7 @@ class StatementsCollector(Collector):
                 "queryid": [],
                 **{k: [] for k in STATEMENT_COLUMNS},
             }
-            for queryid, payload in statements:
+            for queryid, payload, _ in statements:
                 row = json.loads(payload)
                 columns["step_id"].append(step_id)
                 columns["mark"].append(mark)
@@ -268,6 +280,10 @@ class StatementsCollector(Collector):
                         value += sum(row.get(n) or 0.0 for n in JIT_TIMES)
                     columns[column].append(value)
             self.store.append("statement_readings", columns)
+            own = [int(q) for q, _, mine in statements if mine and int(q) not in self.own]
+            if own:
+                self.own.update(own)
+                self.store.append("statement_own", {"queryid": own})
         exec_ms = (
             {q: ms or 0.0 for q, ms in zip(columns["queryid"], columns["exec_ms"], strict=True)}
             if statements
