@@ -134,6 +134,10 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
         assert all(w["tps"] > 100 for w in windows), windows
     # The planted cause leads, judged on the whole observation.
     assert top_finding(doc["diagnosis"]) == expected, doc["diagnosis"]["findings"][:2]
+    # And on the worst window: a steady load's worst window shows the same queue.
+    judged = doc["diagnosis"]["worst_window"]
+    assert judged is not None, doc["diagnosis"]
+    assert expected in [f["id"] for f in judged["findings"]], judged
     collectors = {c["name"]: c for c in doc["environment"]["collectors"]}
     assert {"activity", "pgstats", "statements", "pglocks", "host"} <= set(collectors)
     assert all(c["status"] == "complete" for c in collectors.values()), collectors
