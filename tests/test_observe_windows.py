@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from pgscope.analyze import live, waits
 from pgscope.analyze.load import load_analysis
 from pgscope.analyze.model import RunAnalysis, from_document, to_document
 from pgscope.collect.activity import SCHEMA as ACTIVITY_SCHEMA
 from pgscope.collect.pgstats import SCHEMA as PGSTATS_SCHEMA
 from pgscope.render.console import print_summary
+from pgscope.render.waits import live_view
 from pgscope.store import RunMeta, RunStore
 from pgscope.windows import VARIANT, close_windows, open_windows
 
@@ -149,3 +151,36 @@ def test_the_worst_window_is_judged_by_the_rules_beside_the_whole(
     console = Console(record=True, width=400)
     print_summary(console, planted)
     assert f"worst window: {judged.note}" in console.export_text()
+
+
+def test_the_live_view_leads_with_the_finding_of_its_last_seconds(tmp_path: Path) -> None:
+    """`observe --live`: the rules over the view's last seconds of samples. Over the pile-up
+    window they name the lock queue; over a steady window nothing, and the view says so."""
+    run_dir = tmp_path / "pile-up"
+    observation_store(run_dir, pile_up=True)
+    store = RunStore.open(run_dir)
+    try:
+        start = T0 + (PILE_UP - 1) * WINDOW_S * 1_000_000
+        piled = waits.profile(store.db, start, start + WINDOW_S * 1_000_000 - 1)
+        steady = waits.profile(store.db, T0, T0 + WINDOW_S * 1_000_000 - 1)
+        sessions = live.client_sessions(store.db, start)
+    finally:
+        store.close()
+    assert sessions == pytest.approx(SESSIONS)
+    leading = live.leading_finding(piled, sessions)
+    assert leading is not None and leading.id == "object-lock-queue"
+    assert live.leading_finding(steady, sessions) is None
+    assert live.leading_finding(waits.Profile([], 0, 0, 0.0), sessions) is None
+    analysis = waits.WaitAnalysis(piled, [], [], None, None)
+    console = Console(record=True, width=120)
+    console.print(live_view(analysis, 12, 60, 10, "observe", leading))
+    text = console.export_text()
+    assert text.startswith("pgscope observe")
+    assert (
+        "leading finding, last 10 s: Sessions queue on relation, advisory or extension locks "
+        "(high)" in text
+    )
+    assert "Lock:advisory share of active time in the last seconds: 75%" in text
+    console = Console(record=True, width=120)
+    console.print(live_view(analysis, 12, 60, 10, "observe", "none yet"))
+    assert "leading finding, last 10 s: none yet" in console.export_text()

@@ -390,6 +390,16 @@ def profile_facts(
             )
 
 
+def live_sheet(profile: Profile, sessions: float) -> FactSheet:
+    """The last seconds of a live view as a sheet: their wait profile's facts alone."""
+    n = max(1, round(sessions))
+    sheet = FactSheet(VARIANT_OBSERVED, n)
+    sheet.add("clients", n, "clients", "activity", "client sessions present, last seconds")
+    profile_facts(sheet, profile, n, "in the last seconds")
+    _lwlock_top(sheet, n, traced=False)
+    return sheet
+
+
 def worst_window_sheet(analysis: RunAnalysis) -> FactSheet | None:
     """An observation's worst window as a sheet of its own: its commits/s, sessions and wait
     profile, which the rules judge as they judge the whole observation (None: not an

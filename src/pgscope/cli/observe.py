@@ -143,7 +143,7 @@ def observe(
         if int(elapsed) % 30 == 0:
             say(f"observing: {elapsed:.0f}/{duration:.0f} s")
 
-    with LiveWaits(live, duration, err) as view:
+    with LiveWaits(live, duration, err, command="observe") as view:
 
         def opened(store: RunStore) -> None:
             view.opened(store)
