@@ -24,10 +24,13 @@ Needs no extension. On a server it does not own it needs `pg_monitor` (or
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import threading
 import time
 from typing import Any
 
+import numpy as np
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,33 +73,75 @@ CREATE TABLE IF NOT EXISTS activity_rate (
 );
 """
 
-# One statement = `n` samples, `interval` seconds apart. Three details matter, each checked
-# against EXPLAIN and against a session whose state alternates:
+# One statement = `n` samples, `interval` seconds apart, one result row per sample. Details
+# that matter, each checked against EXPLAIN and against a session whose state alternates:
 # - the status array is cached per transaction: pg_stat_clear_snapshot() before each read;
 # - the reads must be re-executed per sample: the function's argument refers to s.n (a
 #   function scan whose arguments did not change rewinds its materialised result), and
-#   OFFSET 0 keeps the planner from pulling the subqueries up and out of the loop;
-# - sleeps aim at statement start + (n-1) * interval, so lateness does not accumulate.
+#   OFFSET 0 keeps the planner from pulling the sleep's subquery up and out of the loop;
+# - sleeps aim at statement start + (n-1) * interval, so lateness does not accumulate;
+# - a sample's processes come as one text (fields split by \x1f, processes by \x1e: none of
+#   them can hold either, application_name being printable ASCII), which DuckDB splits when
+#   the rows are written: no per-process row in the protocol, no per-process Python object
+#   (measured: docs/benchmarks.md). Times are float8 (date_part), not numeric (extract);
+# - left out on the server: background processes in their idle main-loop waits (classes
+#   Activity and Extension) and pgscope's own sessions, which no analysis counts (waits.py
+#   ACTIVE, CLIENTS); a sample left with no process still gets its row (`rows` NULL), written
+#   as one row of the sampler itself, so that every sampling instant stays counted;
+# - a query's text comes the first time its query_id is seen, as "id\x1ftext".
 BATCH_SQL = """
 SELECT s.n,
-       (extract(epoch FROM p.t0) * 1000000)::bigint,
-       (extract(epoch FROM p.t0 - statement_timestamp()) * 1000000)::bigint
+       (date_part('epoch', p.t0) * 1000000)::bigint,
+       (date_part('epoch', p.t0 - statement_timestamp()) * 1000000)::bigint
            - (%(interval)s * 1000000 * (s.n - 1))::bigint,
-       (extract(epoch FROM clock_timestamp() - p.t0) * 1000000)::bigint,
-       a.pid, a.backend_type, a.state, a.wait_event_type, a.wait_event, a.query_id,
-       a.datid, a.usesysid, a.application_name,
-       CASE WHEN a.query_id <> ALL(%(known)s::bigint[]) THEN a.query END
+       (date_part('epoch', a.t1 - p.t0) * 1000000)::bigint,
+       a.rows,
+       a.texts
 FROM generate_series(1, %(n)s) AS s(n)
 CROSS JOIN LATERAL (
     SELECT pg_sleep(greatest(0, %(interval)s * (s.n - 1)
-                    - extract(epoch FROM clock_timestamp() - statement_timestamp()))),
+                    - date_part('epoch', clock_timestamp() - statement_timestamp()))),
            pg_stat_clear_snapshot(),
            clock_timestamp() AS t0
     OFFSET 0) AS p
 CROSS JOIN LATERAL (
-    SELECT * FROM pg_stat_get_activity(CASE WHEN s.n > 0 THEN NULL::int END) AS g
+    SELECT string_agg(concat(g.pid, E'\\x1f', g.backend_type, E'\\x1f', g.state, E'\\x1f',
+                             g.wait_event_type, E'\\x1f', g.wait_event, E'\\x1f', g.query_id,
+                             E'\\x1f', g.datid, E'\\x1f', g.usesysid, E'\\x1f',
+                             g.application_name), E'\\x1e') AS rows,
+           array_agg(g.query_id || E'\\x1f' || g.query)
+               FILTER (WHERE g.query_id <> ALL(%(known)s::bigint[])) AS texts,
+           clock_timestamp() AS t1
+    FROM pg_stat_get_activity(CASE WHEN s.n > 0 THEN NULL::int END) AS g
     WHERE g.pid <> pg_backend_pid()
-    OFFSET 0) AS a
+      AND (g.backend_type = 'client backend' OR g.wait_event_type IS NULL
+           OR g.wait_event_type NOT IN ('Activity', 'Extension'))
+      AND coalesce(g.application_name, '') NOT LIKE 'pgscope%%') AS a
+"""
+# The samples taken in, split into the table's rows, database and role oids named; a sample
+# with no process is one row of the sampler's own (pid $own).
+WRITE_SQL = """
+INSERT INTO activity_samples
+SELECT ts_us, sample_no, f[1]::INTEGER, f[2], nullif(f[3], ''), nullif(f[4], ''),
+       nullif(f[5], ''), nullif(f[6], '')::BIGINT,
+       $db_names[list_position($db_oids, nullif(f[7], '')::BIGINT)],
+       $role_names[list_position($role_oids, nullif(f[8], '')::BIGINT)], f[9]
+FROM (SELECT ts_us, sample_no,
+             string_split(unnest(string_split(rows, chr(30))), chr(31)) AS f
+      FROM {batch} WHERE rows IS NOT NULL)
+UNION ALL
+SELECT ts_us, sample_no, $own, 'client backend', 'active', NULL, NULL, NULL, NULL, NULL,
+       $application
+FROM {batch} WHERE rows IS NULL
+"""
+# Database and role oids in the samples taken in that have no name yet.
+UNNAMED_SQL = """
+SELECT count(*) FROM (
+    SELECT nullif(f[7], '')::BIGINT AS d, nullif(f[8], '')::BIGINT AS u
+    FROM (SELECT string_split(unnest(string_split(rows, chr(30))), chr(31)) AS f
+          FROM {batch} WHERE rows IS NOT NULL))
+WHERE (d <> 0 AND NOT list_contains($db_oids, d))
+   OR (u <> 0 AND NOT list_contains($role_oids, u))
 """
 BLOCKERS_SQL = (
     "SELECT pid, unnest(pg_blocking_pids(pid)) FROM pg_stat_activity "
@@ -110,20 +155,8 @@ NAMES_SQL = (
     "SELECT 'd', oid, datname FROM pg_database UNION ALL SELECT 'u', oid, rolname FROM pg_roles"
 )
 CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+LOCK_WAIT = "\x1fLock\x1f"  # a process waiting on a heavyweight lock, in a sample's text
 
-SAMPLE_COLUMNS = (
-    "ts_us",
-    "sample_no",
-    "pid",
-    "backend_type",
-    "state",
-    "wait_event_type",
-    "wait_event",
-    "query_id",
-    "datname",
-    "usename",
-    "application_name",
-)
 RATE_COLUMNS = (
     "second_us",
     "target_hz",
@@ -204,7 +237,9 @@ class ActivityCollector(PollingCollector):
         self.known_queries: set[int] = set()
         self.names: dict[tuple[str, int], str] = {}
         self.clock_offset_us = 0
-        self.pending_samples: list[tuple[Any, ...]] = []
+        self.own_pid = 0
+        # Per sample taken in and not yet written: (host time, sample number, its processes).
+        self.pending_samples: list[tuple[int, int, str | None]] = []
         self.pending_rate: list[tuple[Any, ...]] = []
         self.open_seconds: dict[int, dict[int, tuple[float, float]]] = {}
         self.last_flush = time.monotonic()
@@ -214,6 +249,7 @@ class ActivityCollector(PollingCollector):
         session.execute(f"SET statement_timeout = '{int(self.options.batch_s * 1000) + 5000}ms'")
         self.clock_offset_us = self._clock_offset(session)
         self._load_names(session)
+        self.own_pid = session.info.backend_pid
         return session
 
     @staticmethod
@@ -257,70 +293,35 @@ class ActivityCollector(PollingCollector):
             self._keep(rows)
             if time.monotonic() - self.last_flush >= self.options.flush_s:
                 self._flush()
-            waiting_on_locks = any(row[7] == "Lock" for row in rows)
             if (
                 self.options.blockers
-                and waiting_on_locks
                 and time.monotonic() - last_blockers >= 1.0
+                and any(row[4] is not None and LOCK_WAIT in row[4] for row in rows)
             ):
                 last_blockers = time.monotonic()
                 self._record_blockers()
 
     def _keep(self, rows: list[tuple[Any, ...]]) -> None:
-        """Take in one batch: sample rows and per-second rate rows (written by _flush), new
-        query texts (written now: they are rare)."""
+        """Take in one batch, a row per sample: its processes (written by _flush, which
+        splits them), its lag and read time (per second, in the rate rows), the texts of
+        queries seen for the first time (written now: they are rare)."""
         if not rows:
             return
-        if any(
-            (("d", r[10]) not in self.names and r[10]) or (("u", r[11]) not in self.names and r[11])
-            for r in rows
-        ):
-            self._load_names(self.session)  # a new database or role appeared
         offset, base = self.clock_offset_us, self.samples
-        samples: list[tuple[Any, ...]] = []
         per_second = self.open_seconds
-        fastest_read_ms = min(r[3] for r in rows) / 1000
+        pending = self.pending_samples
         texts: dict[int, str] = {}
-        for (
-            n,
-            ts,
-            lag_us,
-            read_us,
-            pid,
-            btype,
-            state,
-            wtype,
-            wevent,
-            query_id,
-            datid,
-            userid,
-            app,
-            text,
-        ) in rows:
+        for n, ts, lag_us, read_us, processes, new_texts in rows:
             ts_us = ts + offset
-            samples.append(
-                (
-                    ts_us,
-                    base + n,
-                    pid,
-                    btype,
-                    state,
-                    wtype,
-                    wevent,
-                    query_id,
-                    self.names.get(("d", datid)) if datid else None,
-                    self.names.get(("u", userid)) if userid else None,
-                    app,
-                )
-            )
+            pending.append((ts_us, base + n, processes))
             per_second.setdefault(ts_us // 1_000_000 * 1_000_000, {})[base + n] = (
                 lag_us / 1000,
                 read_us / 1000,
             )
-            if text is not None and query_id is not None and query_id not in self.known_queries:
-                texts[query_id] = text
-        self.samples = base + max(r[0] for r in rows)
-        self.pending_samples.extend(samples)
+            for entry in new_texts or ():
+                query_id, _, text = entry.partition("\x1f")
+                texts.setdefault(int(query_id), text)
+        self.samples = base + rows[-1][0]
         # A batch rarely starts on a second boundary: a second stays open until a later
         # sample has moved past it, so its rate row counts the samples of both batches.
         latest = max(per_second)
@@ -331,9 +332,9 @@ class ActivityCollector(PollingCollector):
             self.known_queries.update(texts)
             self.store.db.execute(
                 "INSERT OR IGNORE INTO activity_queries SELECT unnest(?), unnest(?), ?",
-                [list(texts), list(texts.values()), samples[0][0]],
+                [list(texts), list(texts.values()), rows[0][1] + offset],
             )
-        self._maybe_back_off(fastest_read_ms)
+        self._maybe_back_off(min(r[3] for r in rows) / 1000)
 
     def _close_second(self, second: int, by_sample: dict[int, tuple[float, float]]) -> None:
         lags = [lag for lag, _ in by_sample.values()]
@@ -351,18 +352,65 @@ class ActivityCollector(PollingCollector):
         )
 
     def _flush(self) -> None:
-        """Write what was taken in, column-wise, one statement per table."""
-        tables = (
-            ("activity_samples", SAMPLE_COLUMNS, self.pending_samples),
-            ("activity_rate", RATE_COLUMNS, self.pending_rate),
-        )
-        for table, columns, pending in tables:
-            if pending:
-                self.store.append(
-                    table, dict(zip(columns, zip(*pending, strict=True), strict=True))
+        """Write what was taken in: the samples split into rows by DuckDB, in one
+        statement; the rate rows column-wise."""
+        if self.pending_samples:
+            ts_us, sample_no, processes = zip(*self.pending_samples, strict=True)
+            view = f"_samples_{threading.get_ident()}"
+            self.store.db.register(
+                view,
+                {
+                    "ts_us": np.array(ts_us, dtype=np.int64),
+                    "sample_no": np.array(sample_no, dtype=np.int64),
+                    "rows": np.array(processes, dtype=object),
+                },
+            )
+            try:
+                if self._unnamed(view):
+                    with contextlib.suppress(psycopg.Error):  # unnamed until the next flush
+                        self._load_names(self.session)
+                self.store.db.execute(
+                    WRITE_SQL.format(batch=view),
+                    {
+                        **self._name_lists(),
+                        "own": self.own_pid,
+                        "application": self.application_name,
+                    },
                 )
-                pending.clear()
+            finally:
+                self.store.db.unregister(view)
+            self.pending_samples.clear()
+        if self.pending_rate:
+            self.store.append(
+                "activity_rate",
+                dict(zip(RATE_COLUMNS, zip(*self.pending_rate, strict=True), strict=True)),
+            )
+            self.pending_rate.clear()
         self.last_flush = time.monotonic()
+
+    def _name_lists(self) -> dict[str, list[Any]]:
+        """The names known, as the lists WRITE_SQL looks oids up in."""
+        lists: dict[str, list[Any]] = {
+            "db_oids": [],
+            "db_names": [],
+            "role_oids": [],
+            "role_names": [],
+        }
+        for (kind, oid), name in self.names.items():
+            prefix = "db" if kind == "d" else "role"
+            lists[f"{prefix}_oids"].append(oid)
+            lists[f"{prefix}_names"].append(name)
+        return lists
+
+    def _unnamed(self, view: str) -> bool:
+        """Do the samples taken in name a database or role we have no name for (one created
+        while sampling)?"""
+        lists = self._name_lists()
+        row = self.store.db.execute(
+            UNNAMED_SQL.format(batch=view),
+            {"db_oids": lists["db_oids"], "role_oids": lists["role_oids"]},
+        ).fetchone()
+        return bool(row and row[0])
 
     def _maybe_back_off(self, fastest_read_ms: float) -> None:
         """Halve the rate after two batches in which even the fastest read of the status
