@@ -12,6 +12,9 @@ from rich.live import Live
 from pgscope.store import RunStore
 
 WINDOW_S = 10  # the view shows the waits of the last this many seconds
+# How often the sampler writes its rows while the view reads them (instead of every 10 s):
+# each write costs a few ms of CPU, which a user watching the view pays.
+LIVE_FLUSH_S = 1.0
 
 
 class LiveWaits:

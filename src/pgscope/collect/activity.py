@@ -24,13 +24,10 @@ Needs no extension. On a server it does not own it needs `pg_monitor` (or
 
 from __future__ import annotations
 
-import contextlib
 import statistics
-import threading
 import time
 from typing import Any
 
-import numpy as np
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,7 +85,9 @@ CREATE TABLE IF NOT EXISTS activity_rate (
 #   Activity and Extension) and pgscope's own sessions, which no analysis counts (waits.py
 #   ACTIVE, CLIENTS); a sample left with no process still gets its row (`rows` NULL), written
 #   as one row of the sampler itself, so that every sampling instant stays counted;
-# - a query's text comes the first time its query_id is seen, as "id\x1ftext".
+# - a query's text comes the first time its query_id is seen, as "id\x1ftext";
+# - the last column counts the databases and roles we have no name for (computed once per
+#   statement): the names are read again before the samples naming them are written.
 BATCH_SQL = """
 SELECT s.n,
        (date_part('epoch', p.t0) * 1000000)::bigint,
@@ -96,7 +95,9 @@ SELECT s.n,
            - (%(interval)s * 1000000 * (s.n - 1))::bigint,
        (date_part('epoch', a.t1 - p.t0) * 1000000)::bigint,
        a.rows,
-       a.texts
+       a.texts,
+       (SELECT count(*) FROM pg_database WHERE oid::bigint <> ALL(%(databases)s::bigint[]))
+           + (SELECT count(*) FROM pg_roles WHERE oid::bigint <> ALL(%(roles)s::bigint[]))
 FROM generate_series(1, %(n)s) AS s(n)
 CROSS JOIN LATERAL (
     SELECT pg_sleep(greatest(0, %(interval)s * (s.n - 1)
@@ -110,7 +111,8 @@ CROSS JOIN LATERAL (
                              E'\\x1f', g.datid, E'\\x1f', g.usesysid, E'\\x1f',
                              g.application_name), E'\\x1e') AS rows,
            array_agg(g.query_id || E'\\x1f' || g.query)
-               FILTER (WHERE g.query_id <> ALL(%(known)s::bigint[])) AS texts,
+               FILTER (WHERE g.query_id <> ALL(%(known)s::bigint[])
+                       AND g.query_id IS NOT NULL) AS texts,
            clock_timestamp() AS t1
     FROM pg_stat_get_activity(CASE WHEN s.n > 0 THEN NULL::int END) AS g
     WHERE g.pid <> pg_backend_pid()
@@ -118,31 +120,31 @@ CROSS JOIN LATERAL (
            OR g.wait_event_type NOT IN ('Activity', 'Extension'))
       AND coalesce(g.application_name, '') NOT LIKE 'pgscope%%') AS a
 """
-# The samples taken in, split into the table's rows, database and role oids named; a sample
-# with no process is one row of the sampler's own (pid $own).
+# The samples taken in (given as lists: a registered table costs more per write), split into
+# the table's rows, database and role oids named; a sample with no process is one row of the
+# sampler's own (pid $own).
 WRITE_SQL = """
 INSERT INTO activity_samples
+WITH samples AS (
+    SELECT unnest($ts_us) AS ts_us, unnest($sample_no) AS sample_no,
+           unnest($processes) AS processes)
 SELECT ts_us, sample_no, f[1]::INTEGER, f[2], nullif(f[3], ''), nullif(f[4], ''),
        nullif(f[5], ''), nullif(f[6], '')::BIGINT,
        $db_names[list_position($db_oids, nullif(f[7], '')::BIGINT)],
        $role_names[list_position($role_oids, nullif(f[8], '')::BIGINT)], f[9]
 FROM (SELECT ts_us, sample_no,
-             string_split(unnest(string_split(rows, chr(30))), chr(31)) AS f
-      FROM {batch} WHERE rows IS NOT NULL)
+             string_split(unnest(string_split(processes, chr(30))), chr(31)) AS f
+      FROM samples WHERE processes IS NOT NULL)
 UNION ALL
 SELECT ts_us, sample_no, $own, 'client backend', 'active', NULL, NULL, NULL, NULL, NULL,
        $application
-FROM {batch} WHERE rows IS NULL
+FROM samples WHERE processes IS NULL
 """
-# Database and role oids in the samples taken in that have no name yet.
-UNNAMED_SQL = """
-SELECT count(*) FROM (
-    SELECT nullif(f[7], '')::BIGINT AS d, nullif(f[8], '')::BIGINT AS u
-    FROM (SELECT string_split(unnest(string_split(rows, chr(30))), chr(31)) AS f
-          FROM {batch} WHERE rows IS NOT NULL))
-WHERE (d <> 0 AND NOT list_contains($db_oids, d))
-   OR (u <> 0 AND NOT list_contains($role_oids, u))
-"""
+RATE_SQL = (
+    "INSERT INTO activity_rate SELECT unnest($second_us), unnest($target_hz), "
+    "unnest($samples), unnest($lag_mean_ms), unnest($lag_max_ms), unnest($query_mean_ms), "
+    "unnest($query_max_ms)"
+)
 BLOCKERS_SQL = (
     "SELECT pid, unnest(pg_blocking_pids(pid)) FROM pg_stat_activity "
     "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
@@ -174,11 +176,12 @@ class ActivityOptions(BaseModel):
     hz: float = Field(50.0, gt=0, le=1000, description="samples per second")
     batch_s: float = Field(1.0, gt=0, le=10, description="seconds of samples per statement")
     flush_s: float = Field(
-        3.0,
+        10.0,
         gt=0,
         le=60,
-        description="how often rows are written to the store: each write costs ~3 ms of "
-        "CPU; a SIGKILL loses at most this much (a normal stop or Ctrl-C writes everything)",
+        description="how often rows are written to the store: each write costs ~3-9 ms of "
+        "CPU whatever its size, so rarer writes cost less; a SIGKILL loses at most this much "
+        "(a normal stop or Ctrl-C writes everything); `--live` writes every second",
     )
     blockers: bool = Field(True, description="record pg_blocking_pids for Lock waits (≤ 1 Hz)")
     reconnect_s: float = Field(
@@ -281,7 +284,13 @@ class ActivityCollector(PollingCollector):
         last_blockers = 0.0
         while not self.stop_event.is_set():
             n = max(1, round(self.target_hz * self.options.batch_s))
-            params = {"n": n, "interval": 1.0 / self.target_hz, "known": sorted(self.known_queries)}
+            params = {
+                "n": n,
+                "interval": 1.0 / self.target_hz,
+                "known": sorted(self.known_queries),
+                "databases": [oid for kind, oid in self.names if kind == "d"],
+                "roles": [oid for kind, oid in self.names if kind == "u"],
+            }
             try:
                 cursor.execute(BATCH_SQL, params, prepare=True)
                 rows = cursor.fetchall()
@@ -311,7 +320,9 @@ class ActivityCollector(PollingCollector):
         per_second = self.open_seconds
         pending = self.pending_samples
         texts: dict[int, str] = {}
-        for n, ts, lag_us, read_us, processes, new_texts in rows:
+        if rows[0][6]:
+            self._load_names(self.session)  # a database or role created while sampling
+        for n, ts, lag_us, read_us, processes, new_texts, _ in rows:
             ts_us = ts + offset
             pending.append((ts_us, base + n, processes))
             per_second.setdefault(ts_us // 1_000_000 * 1_000_000, {})[base + n] = (
@@ -352,38 +363,27 @@ class ActivityCollector(PollingCollector):
         )
 
     def _flush(self) -> None:
-        """Write what was taken in: the samples split into rows by DuckDB, in one
-        statement; the rate rows column-wise."""
+        """Write what was taken in, one statement per table: the samples split into rows by
+        DuckDB, the rate rows."""
         if self.pending_samples:
             ts_us, sample_no, processes = zip(*self.pending_samples, strict=True)
-            view = f"_samples_{threading.get_ident()}"
-            self.store.db.register(
-                view,
+            self.store.db.execute(
+                WRITE_SQL,
                 {
-                    "ts_us": np.array(ts_us, dtype=np.int64),
-                    "sample_no": np.array(sample_no, dtype=np.int64),
-                    "rows": np.array(processes, dtype=object),
+                    "ts_us": list(ts_us),
+                    "sample_no": list(sample_no),
+                    "processes": list(processes),
+                    **self._name_lists(),
+                    "own": self.own_pid,
+                    "application": self.application_name,
                 },
             )
-            try:
-                if self._unnamed(view):
-                    with contextlib.suppress(psycopg.Error):  # unnamed until the next flush
-                        self._load_names(self.session)
-                self.store.db.execute(
-                    WRITE_SQL.format(batch=view),
-                    {
-                        **self._name_lists(),
-                        "own": self.own_pid,
-                        "application": self.application_name,
-                    },
-                )
-            finally:
-                self.store.db.unregister(view)
             self.pending_samples.clear()
         if self.pending_rate:
-            self.store.append(
-                "activity_rate",
-                dict(zip(RATE_COLUMNS, zip(*self.pending_rate, strict=True), strict=True)),
+            columns = zip(*self.pending_rate, strict=True)
+            self.store.db.execute(
+                RATE_SQL,
+                {name: list(values) for name, values in zip(RATE_COLUMNS, columns, strict=True)},
             )
             self.pending_rate.clear()
         self.last_flush = time.monotonic()
@@ -401,16 +401,6 @@ class ActivityCollector(PollingCollector):
             lists[f"{prefix}_oids"].append(oid)
             lists[f"{prefix}_names"].append(name)
         return lists
-
-    def _unnamed(self, view: str) -> bool:
-        """Do the samples taken in name a database or role we have no name for (one created
-        while sampling)?"""
-        lists = self._name_lists()
-        row = self.store.db.execute(
-            UNNAMED_SQL.format(batch=view),
-            {"db_oids": lists["db_oids"], "role_oids": lists["role_oids"]},
-        ).fetchone()
-        return bool(row and row[0])
 
     def _maybe_back_off(self, fastest_read_ms: float) -> None:
         """Halve the rate after two batches in which even the fastest read of the status
