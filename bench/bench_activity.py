@@ -78,9 +78,15 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
                         pg, cluster, ["-b", "select-only"], clients, args.seconds
                     ), {}
                 run_dir = Path(tmp) / f"r{time.time_ns()}"
-                with collecting({"activity": {"hz": rate}}, pg, cluster, run_dir) as session:
+                read: dict[str, Any] = {}
+
+                def on_stopped(store: Any, read: dict[str, Any] = read) -> None:
+                    # Read once the sampler has stopped: it writes its rows every 10 s.
+                    read["rate"] = waits.sampler_rate(store.db)
+
+                with collecting({"activity": {"hz": rate}}, pg, cluster, run_dir, on_stopped):
                     tps = pgbench_tps(pg, cluster, ["-b", "select-only"], clients, args.seconds)
-                    rate_row = waits.sampler_rate(session.store.db)
+                rate_row = read.get("rate")
                 hz = rate_row.achieved_hz if rate_row else 0.0
                 achieved.append(hz)
                 return tps, {
@@ -280,15 +286,21 @@ def accuracy(args: argparse.Namespace) -> dict[str, Any]:
                 results = []
                 for repeat in range(args.repeats):
                     run_dir = Path(tmp) / f"acc{time.time_ns()}"
-                    with collecting({"activity": {}, "pgws": {}}, pg, cluster, run_dir) as session:
-                        start = now_us()
+                    compared: dict[str, Any] = {}
+
+                    def on_stopped(store: Any, compared: dict[str, Any] = compared) -> None:
+                        # Compared once both have stopped: the sampler writes every 10 s.
+                        compared["it"] = waits.compare_with_pgws(
+                            store.db, compared["start"] + 1_000_000, compared["end"] - 500_000
+                        )
+
+                    with collecting({"activity": {}, "pgws": {}}, pg, cluster, run_dir, on_stopped):
+                        compared["start"] = now_us()
                         pgbench_tps(pg, cluster, workload, int(spec["clients"]), args.seconds)
-                        end = now_us()
+                        compared["end"] = now_us()
                         # pg_wait_sampling's ring is copied every 0.5 s: wait for the last.
                         time.sleep(1.2)
-                        comparison = waits.compare_with_pgws(
-                            session.store.db, start + 1_000_000, end - 500_000
-                        )
+                    comparison = compared.get("it")
                     if comparison is None:
                         print("  no comparison (one side empty)")
                         continue
