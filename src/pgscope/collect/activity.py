@@ -2,21 +2,25 @@
 
 How: one statement per second takes a whole second of samples inside the server, each one a
 fresh read of the backend status array (`pg_stat_get_activity`, what `pg_stat_activity` shows)
-after sleeping until its scheduled time. A round trip per sample would cost five times as
-much CPU, most of it ours (measured: docs/benchmarks.md).
+after sleeping until its scheduled time, and comes back as one row per sample: its processes
+as one text, split into rows by DuckDB when written (every `flush_s`). A round trip per sample
+would cost five times as much CPU, a row per process twice as much of ours (measured:
+docs/benchmarks.md).
 
 What it records (tables below): every process at every sample (pid, backend type, state, wait
-event, query_id, database, user, application), the blockers of sessions waiting on heavyweight
-locks (at most once a second: `pg_blocking_pids` takes the lock manager's locks), the text of
-each query_id the first time it is seen, and per second its own achieved rate, lag and read
-time, so a user sees the real resolution. Sample times are the server's clock mapped onto this
-host's clock (the clock pgbench and every other table use).
+event, query_id, database, user, application) but background processes in their idle
+main-loop waits and pgscope's own sessions, which no analysis counts (an empty sample keeps a
+row of the sampler's own, so every instant is counted); the blockers of sessions waiting on
+heavyweight locks (at most once a second: `pg_blocking_pids` takes the lock manager's locks),
+the text of each query_id the first time it is seen, and per second its own achieved rate,
+lag and read time, so a user sees the real resolution. Sample times are the server's clock
+mapped onto this host's clock (the clock pgbench and every other table use).
 
-What it costs: ~0.16 ms of server CPU and ~0.03 ms of ours per sample (~1% of one core at
-50 Hz); docs/benchmarks.md has the measured throughput cost per rate. Its own session shows as
-active (Timeout:PgSleep) on the server and holds a snapshot for a second at a time. If reading
-the status array gets slow (a server in trouble), it halves its rate and says so rather than
-add load.
+What it costs: ~0.1 ms of server CPU per sample under load, mostly waking up and copying the
+status array, and ~0.03-0.05 ms of ours (~0.8% of one core at 50 Hz); docs/benchmarks.md has
+the measured figures. Its own session shows as active (Timeout:PgSleep) on the server and
+holds a snapshot for a second at a time. If reading the status array gets slow (a server in
+trouble), it halves its rate and says so rather than add load.
 
 Needs no extension. On a server it does not own it needs `pg_monitor` (or
 `pg_read_all_stats`): without it, other sessions' wait events read as NULL.
@@ -218,7 +222,7 @@ def check_rights(conn: ConnParams) -> Availability:
 class ActivityCollector(PollingCollector):
     name = "activity"
     summary = "wait-event samples of every session from pg_stat_activity, no extension"
-    cost = "~0.2 ms of CPU per sample, ~1% of one core at 50 Hz (docs/benchmarks.md)"
+    cost = "~0.15 ms of CPU per sample, ~0.8% of one core at 50 Hz (docs/benchmarks.md)"
     default_in_runs = True
     Options = ActivityOptions
     application_name = APPLICATION
