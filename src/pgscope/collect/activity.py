@@ -28,6 +28,7 @@ Needs no extension. On a server it does not own it needs `pg_monitor` (or
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Any
@@ -325,7 +326,10 @@ class ActivityCollector(PollingCollector):
         pending = self.pending_samples
         texts: dict[int, str] = {}
         if rows[0][6]:
-            self._load_names(self.session)  # a database or role created while sampling
+            # A database or role created while sampling; unnamed until the next batch if
+            # this fails (a connection lost shows in the next batch, which reconnects).
+            with contextlib.suppress(psycopg.Error):
+                self._load_names(self.session)
         for n, ts, lag_us, read_us, processes, new_texts, _ in rows:
             ts_us = ts + offset
             pending.append((ts_us, base + n, processes))
@@ -336,7 +340,7 @@ class ActivityCollector(PollingCollector):
             for entry in new_texts or ():
                 query_id, _, text = entry.partition("\x1f")
                 texts.setdefault(int(query_id), text)
-        self.samples = base + rows[-1][0]
+        self.samples = base + max(r[0] for r in rows)
         # A batch rarely starts on a second boundary: a second stays open until a later
         # sample has moved past it, so its rate row counts the samples of both batches.
         latest = max(per_second)
