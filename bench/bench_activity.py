@@ -3,8 +3,11 @@ against pg_wait_sampling.
 
     overhead: select-only, -M prepared, 2x cores clients, sampler off vs on at each rate,
               interleaved A/B pairs; median tps ratio with its spread.
-    cpu:      under the same load, the CPU time the sampler takes per sample (its thread and
-              its backend): a resource cost that host noise barely moves.
+    cpu:      under the same load, the CPU time the sampler takes per sample (this process,
+              every thread, up to its last write; and its backend): a resource cost that host
+              noise barely moves.
+    pgws-cpu: the reference: pg_wait_sampling's collector's own CPU at 100 Hz (10-ms
+              period), idle and under that load.
     accuracy: three workloads with different bottlenecks, pg_wait_sampling loaded (10 ms
               period); total-variation distance between the two client-backend wait
               distributions (waits only: Debian's pg_wait_sampling has no CPU bucket).
@@ -13,6 +16,7 @@ Usage:
     .venv/bin/python bench/bench_activity.py overhead [--pairs 5] [--seconds 20] [--rates ...]
     .venv/bin/python bench/bench_activity.py accuracy [--seconds 20] [--repeats 3]
     .venv/bin/python bench/bench_activity.py cpu [--seconds 20] [--repeats 3] [--rates ...]
+    .venv/bin/python bench/bench_activity.py pgws-cpu [--seconds 20] [--repeats 3]
     add --smoke for a quick end-to-end check of the script itself (numbers meaningless).
 Results: printed as Markdown, and saved as JSON under bench/results/.
 """
@@ -74,9 +78,15 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
                         pg, cluster, ["-b", "select-only"], clients, args.seconds
                     ), {}
                 run_dir = Path(tmp) / f"r{time.time_ns()}"
-                with collecting({"activity": {"hz": rate}}, pg, cluster, run_dir) as session:
+                read: dict[str, Any] = {}
+
+                def on_stopped(store: Any, read: dict[str, Any] = read) -> None:
+                    # Read once the sampler has stopped: it writes its rows every 10 s.
+                    read["rate"] = waits.sampler_rate(store.db)
+
+                with collecting({"activity": {"hz": rate}}, pg, cluster, run_dir, on_stopped):
                     tps = pgbench_tps(pg, cluster, ["-b", "select-only"], clients, args.seconds)
-                    rate_row = waits.sampler_rate(session.store.db)
+                rate_row = read.get("rate")
                 hz = rate_row.achieved_hz if rate_row else 0.0
                 achieved.append(hz)
                 return tps, {
@@ -94,96 +104,154 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cpu_cost(args: argparse.Namespace) -> dict[str, Any]:
-    """CPU time the sampler costs per sample, under the overhead benchmark's load: the
-    sampling thread's own (thread CPU clock) and its backend's (/proc/PID/stat). Unlike a
+    """CPU time the sampler costs per sample, under the overhead benchmark's load: ours (this
+    process's CPU time while sampling, every thread of it: the sampling thread and DuckDB's,
+    up to the last write at stop) and its backend's (/proc/PID/schedstat, in ns). Unlike a
     throughput ratio, host noise barely moves it."""
-    import threading
-
-    import pgscope.collect.activity as activity
-
-    clock_ticks = os.sysconf("SC_CLK_TCK")
-    thread_cpu: dict[str, float] = {}
-    original = activity.ActivityCollector.run_loop
-
-    def timed(self: Any) -> None:
-        start = time.thread_time()
-        try:
-            original(self)
-        finally:
-            thread_cpu["s"] = time.thread_time() - start
-
-    activity.ActivityCollector.run_loop = timed
-
-    def backend_cpu(pid: int) -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / clock_ticks
 
     clients = 2 * usable_cores()
     rates = [float(r) for r in args.rates.split(",")]
     out: dict[str, Any] = {"clients": clients, "seconds": args.seconds, "rates": {}}
     with tempfile.TemporaryDirectory() as tmp, bench_cluster(scale=10) as (pg, cluster):
+        pgbench_tps(pg, cluster, ["-b", "select-only"], clients, 3)  # warm the cache
         for rate in rates:
             rows = []
             for _ in range(args.repeats):
-                run_dir = Path(tmp) / f"c{time.time_ns()}"
-                load = threading.Thread(
-                    target=pgbench_tps,
-                    args=(pg, cluster, ["-b", "select-only"], clients, args.seconds),
-                )
-                with collecting({"activity": {"hz": rate}}, pg, cluster, run_dir):
-                    load.start()
-                    time.sleep(1.5)
-                    with cluster.connect() as conn:
-                        row = conn.execute(
-                            "SELECT pid FROM pg_stat_activity WHERE "
-                            "application_name = 'pgscope-sampler'"
-                        ).fetchone()
-                    pid = int(row[0]) if row else 0
-                    before = backend_cpu(pid)
-                    load.join()
-                    after = backend_cpu(pid)
-                samples = store_samples(run_dir)
-                rows.append(
-                    {
-                        "samples": samples,
-                        "thread_cpu_s": thread_cpu.get("s", 0.0),
-                        "backend_cpu_s": after - before,
-                    }
-                )
-            per_sample = [
-                (r["thread_cpu_s"] + r["backend_cpu_s"]) / r["samples"] * 1000
-                for r in rows
-                if r["samples"]
-            ]
-            thread = [r["thread_cpu_s"] / r["samples"] * 1000 for r in rows if r["samples"]]
-            backend = [r["backend_cpu_s"] / r["samples"] * 1000 for r in rows if r["samples"]]
-            median = statistics.median(per_sample)
-            out["rates"][f"{rate:g}"] = {
-                "repeats": rows,
-                "ms_per_sample_median": median,
-                "ms_per_sample_range": [min(per_sample), max(per_sample)],
-                "thread_ms_median": statistics.median(thread),
-                "backend_ms_median": statistics.median(backend),
-                "share_of_one_core": median * rate / 1000,
-                "share_of_host": median * rate / 1000 / usable_cores(),
-            }
+                rows.append(sampling_cost(pg, cluster, Path(tmp), rate, args.seconds, clients))
+            out["rates"][f"{rate:g}"] = cost_summary(rows, rate)
+            r = out["rates"][f"{rate:g}"]
             print(
-                f"{rate:g} Hz: {median:.3f} ms CPU per sample "
-                f"({statistics.median(thread):.3f} ours + {statistics.median(backend):.3f} "
-                f"server), {median * rate / 10:.2f}% of one core"
+                f"{rate:g} Hz: {r['ms_per_sample_median']:.3f} ms CPU per sample "
+                f"({r['client_ms_median']:.3f} ours + {r['backend_ms_median']:.3f} server), "
+                f"{100 * r['share_of_one_core']:.2f}% of one core "
+                f"(range {r['ms_per_sample_range'][0]:.3f}-{r['ms_per_sample_range'][1]:.3f} ms)"
             )
     return out
 
 
-def store_samples(run_dir: Path) -> int:
+def sampling_cost(
+    pg: Any, cluster: Any, tmp: Path, rate: float, seconds: int, clients: int
+) -> dict[str, Any]:
+    """One trial: the sampler at `rate` while select-only runs `seconds`."""
+    import threading
+
+    run_dir = tmp / f"c{time.time_ns()}"
+    load = threading.Thread(
+        target=pgbench_tps, args=(pg, cluster, ["-b", "select-only"], clients, seconds)
+    )
+    stopped: dict[str, float] = {}
+
+    def on_stopped(_store: Any) -> None:  # every row written, the store not yet closed
+        stopped["cpu"] = time.process_time()
+        stopped["us"] = now_us()
+
+    with collecting({"activity": {"hz": rate}}, pg, cluster, run_dir, on_stopped):
+        load.start()
+        time.sleep(1.5)
+        with cluster.connect() as conn:
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgscope-sampler'"
+            ).fetchone()
+        pid = int(row[0]) if row else 0
+        start_us, start_cpu, start_backend = now_us(), time.process_time(), backend_ns(pid)
+        load.join()
+        end_backend, end_us = backend_ns(pid), now_us()
+    server_samples = samples_between(run_dir, start_us, end_us)
+    client_samples = samples_between(run_dir, start_us, int(stopped["us"]))
+    return {
+        "samples": server_samples,
+        "rows_per_sample": rows_between(run_dir, start_us, end_us) / max(1, server_samples),
+        "client_cpu_s": stopped["cpu"] - start_cpu,
+        "client_samples": client_samples,
+        "backend_cpu_s": (end_backend - start_backend) / 1e9,
+    }
+
+
+def cost_summary(rows: list[dict[str, Any]], rate: float) -> dict[str, Any]:
+    client = [r["client_cpu_s"] / r["client_samples"] * 1000 for r in rows if r["samples"]]
+    backend = [r["backend_cpu_s"] / r["samples"] * 1000 for r in rows if r["samples"]]
+    per_sample = [c + b for c, b in zip(client, backend, strict=True)]
+    median = statistics.median(per_sample)
+    return {
+        "repeats": rows,
+        "ms_per_sample_median": median,
+        "ms_per_sample_range": [min(per_sample), max(per_sample)],
+        "client_ms_median": statistics.median(client),
+        "backend_ms_median": statistics.median(backend),
+        "share_of_one_core": median * rate / 1000,
+        "share_of_host": median * rate / 1000 / usable_cores(),
+    }
+
+
+def backend_ns(pid: int) -> int:
+    """A process's CPU time so far, in ns (schedstat: finer than /proc/PID/stat's ticks)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
+def pgws_cpu(args: argparse.Namespace) -> dict[str, Any]:
+    """The reference: pg_wait_sampling's collector process's own CPU at its 10-ms period
+    (100 Hz), idle and under the cpu benchmark's load, alternating."""
+    import threading
+
+    clients = 2 * usable_cores()
+    out: dict[str, Any] = {"period_ms": 10, "clients": clients, "trials": []}
+    with bench_cluster(PGWS, scale=10) as (pg, cluster):
+        with cluster.connect() as conn:
+            conn.execute("CREATE EXTENSION pg_wait_sampling")
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
+            ).fetchone()
+        assert row is not None, "pg_wait_sampling's collector is not running"
+        pid = int(row[0])
+        for _ in range(args.repeats):
+            for loaded in (False, True):
+                load = threading.Thread(
+                    target=pgbench_tps,
+                    args=(pg, cluster, ["-b", "select-only"], clients, args.seconds + 2),
+                )
+                if loaded:
+                    load.start()
+                time.sleep(1)
+                before, began = backend_ns(pid), time.monotonic()
+                time.sleep(args.seconds)
+                cpu_s, wall = (backend_ns(pid) - before) / 1e9, time.monotonic() - began
+                if loaded:
+                    load.join()
+                share = cpu_s / wall
+                out["trials"].append({"load": loaded, "share_of_one_core": share})
+                print(
+                    f"pg_wait_sampling collector, {'load' if loaded else 'idle'}: "
+                    f"{100 * share:.2f}% of one core, {share * 1e4:.1f} us per 10-ms period"
+                )
+    for loaded in (False, True):
+        shares = [t["share_of_one_core"] for t in out["trials"] if t["load"] == loaded]
+        out["idle" if not loaded else "load"] = {
+            "median": statistics.median(shares),
+            "range": [min(shares), max(shares)],
+        }
+    return out
+
+
+def samples_between(run_dir: Path, start_us: int, end_us: int) -> int:
+    return int(_one(run_dir, "count(DISTINCT sample_no)", start_us, end_us))
+
+
+def rows_between(run_dir: Path, start_us: int, end_us: int) -> int:
+    return int(_one(run_dir, "count(*)", start_us, end_us))
+
+
+def _one(run_dir: Path, what: str, start_us: int, end_us: int) -> Any:
     import duckdb
 
     db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
     try:
-        row = db.execute("SELECT count(DISTINCT sample_no) FROM activity_samples").fetchone()
+        row = db.execute(
+            f"SELECT {what} FROM activity_samples WHERE ts_us BETWEEN ? AND ?",
+            [start_us, end_us],
+        ).fetchone()
     finally:
         db.close()
-    return int(row[0]) if row else 0
+    return row[0] if row else 0
 
 
 WORKLOADS: dict[str, dict[str, Any]] = {
@@ -218,15 +286,21 @@ def accuracy(args: argparse.Namespace) -> dict[str, Any]:
                 results = []
                 for repeat in range(args.repeats):
                     run_dir = Path(tmp) / f"acc{time.time_ns()}"
-                    with collecting({"activity": {}, "pgws": {}}, pg, cluster, run_dir) as session:
-                        start = now_us()
+                    compared: dict[str, Any] = {}
+
+                    def on_stopped(store: Any, compared: dict[str, Any] = compared) -> None:
+                        # Compared once both have stopped: the sampler writes every 10 s.
+                        compared["it"] = waits.compare_with_pgws(
+                            store.db, compared["start"] + 1_000_000, compared["end"] - 500_000
+                        )
+
+                    with collecting({"activity": {}, "pgws": {}}, pg, cluster, run_dir, on_stopped):
+                        compared["start"] = now_us()
                         pgbench_tps(pg, cluster, workload, int(spec["clients"]), args.seconds)
-                        end = now_us()
+                        compared["end"] = now_us()
                         # pg_wait_sampling's ring is copied every 0.5 s: wait for the last.
                         time.sleep(1.2)
-                        comparison = waits.compare_with_pgws(
-                            session.store.db, start + 1_000_000, end - 500_000
-                        )
+                    comparison = compared.get("it")
                     if comparison is None:
                         print("  no comparison (one side empty)")
                         continue
@@ -282,7 +356,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("which", choices=["overhead", "accuracy", "cpu"])
+    parser.add_argument("which", choices=["overhead", "accuracy", "cpu", "pgws-cpu"])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
@@ -296,6 +370,8 @@ def main() -> None:
         print(markdown_overhead(result))
     elif args.which == "cpu":
         result = cpu_cost(args)
+    elif args.which == "pgws-cpu":
+        result = pgws_cpu(args)
     else:
         result = accuracy(args)
         print(markdown_accuracy(result))

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pgscope.analyze.diagnose import load_rules
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
@@ -116,9 +117,17 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
     load = external_load(pg, watched, path, 8, 30)
     try:
         time.sleep(1)
-        doc = observe(watched, tmp_path, "--duration", "6", "--window", "2")
+        # --live: on a console that is not a terminal the view's last frame is printed at
+        # the end (COLUMNS: wide enough that its lines are not wrapped).
+        result = pgscope(
+            "observe", "--dsn", monitor_dsn(watched), "--json", "--results-dir",
+            str(tmp_path), "--duration", "6", "--window", "2", "--live",
+            env={"COLUMNS": "250"},
+        )  # fmt: skip
     finally:
         stop(load)
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = json.loads(result.stdout)
     assert doc["status"] == "complete"
     assert doc["target"]["kind"] == "local", "found on this host by its port and start time"
     windows = doc["observation"]["windows"]
@@ -134,6 +143,13 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
         assert all(w["tps"] > 100 for w in windows), windows
     # The planted cause leads, judged on the whole observation.
     assert top_finding(doc["diagnosis"]) == expected, doc["diagnosis"]["findings"][:2]
+    # The live view led with it too, from its last seconds of samples.
+    title = {rule.id: rule.title for rule in load_rules()[0]}[expected]
+    assert f"leading finding, last 10 s: {title}" in result.stderr, result.stderr[-3000:]
+    # And on the worst window: a steady load's worst window shows the same queue.
+    judged = doc["diagnosis"]["worst_window"]
+    assert judged is not None, doc["diagnosis"]
+    assert expected in [f["id"] for f in judged["findings"]], judged
     collectors = {c["name"]: c for c in doc["environment"]["collectors"]}
     assert {"activity", "pgstats", "statements", "pglocks", "host"} <= set(collectors)
     assert all(c["status"] == "complete" for c in collectors.values()), collectors

@@ -25,10 +25,26 @@ from pathlib import Path
 from typing import Any
 
 from pgscope.analyze.absence import Absence
-from pgscope.analyze.model import Diagnosis, Fact, FactSheet, Finding, NotAssessed
+from pgscope.analyze.model import (
+    Diagnosis,
+    Fact,
+    FactSheet,
+    Finding,
+    NotAssessed,
+    WindowJudgement,
+)
 from pgscope.words import n_clients
 
-__all__ = ["Diagnosis", "Finding", "NotAssessed", "Rule", "diagnose", "evaluate", "load_rules"]
+__all__ = [
+    "Diagnosis",
+    "Finding",
+    "NotAssessed",
+    "Rule",
+    "diagnose",
+    "evaluate",
+    "judge_window",
+    "load_rules",
+]
 
 LEVELS = ("low", "medium", "high")
 # A variant this much below the fastest counts as slower: above the step-to-step spread of
@@ -270,6 +286,50 @@ def diagnose(
     if not reported or weak or reported[0].id in symptoms:
         verdict += _where_time_goes(variant_sheets)
     return Diagnosis(verdict, reported, not_assessed, weak)
+
+
+def judge_window(
+    sheet: FactSheet,
+    step_id: int,
+    whole: Diagnosis,
+    rules: list[Rule] | None = None,
+    advice: dict[str, list[str]] | None = None,
+) -> WindowJudgement:
+    """One window of an observation (its worst) judged by the rules that judge a cell, and
+    said against the whole observation's findings: the same leading cause, another one, or
+    none. Ranked as a cell's findings are: causes before symptoms, then confidence, score."""
+    if rules is None or advice is None:
+        rules, advice = load_rules()
+    variant_rules = [r for r in rules if r.scope != "run"]
+    found = {
+        r.id: [o] if isinstance(o := evaluate(r, sheet, advice), Finding) else []
+        for r in variant_rules
+    }
+    _drop_superseded(variant_rules, found)
+    symptoms = {r.id for r in rules if r.symptom}
+    findings = sorted(
+        (f for mine in found.values() for f in mine if f.confidence != "low"),
+        key=lambda f: (f.id not in symptoms, LEVELS.index(f.confidence), f.score),
+        reverse=True,
+    )
+    where = f"window {step_id}"
+    if not findings:
+        note = f"{where}, the worst: no rule finds its evidence in it"
+    elif whole.findings and not whole.weak and findings[0].title == whole.findings[0].title:
+        note = f"{where}, the worst, shows the same leading cause: {findings[0].title}"
+    elif any(f.title == findings[0].title for f in whole.findings if f.confidence != "low"):
+        note = (
+            f"{where}, the worst, is led by {findings[0].title}, which the whole observation "
+            f"shows too, not first"
+        )
+    else:
+        note = (
+            f"{where}, the worst, shows a cause the whole observation does not: {findings[0].title}"
+        )
+    if findings:
+        numbers = "; ".join(f"{f.label}: {f.shown()}" for f in findings[0].evidence[:2])
+        note += f" ({numbers})" if numbers else ""
+    return WindowJudgement(step_id, findings, note)
 
 
 def _drop_superseded(rules: list[Rule], found: dict[str, list[Finding]]) -> None:

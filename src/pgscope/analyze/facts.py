@@ -18,6 +18,7 @@ from typing import Any
 from pgscope.analyze.connfacts import connection_facts
 from pgscope.analyze.lockfacts import lock_facts
 from pgscope.analyze.model import Fact, FactSheet, RunAnalysis
+from pgscope.analyze.observation import VARIANT as VARIANT_OBSERVED
 from pgscope.analyze.pgstats import StepStats
 from pgscope.analyze.scaling import Cell
 from pgscope.analyze.spinfacts import hot_spot_facts
@@ -295,6 +296,26 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
     profile = by_clients.get(n)
     if profile is None or not profile.samples:
         return None  # not sampled (no activity collector); sampled but never active still counts
+    lowest = min(by_clients)
+    profile_facts(
+        sheet,
+        profile,
+        n,
+        f"at {n_clients(n)}",
+        (lowest, by_clients[lowest]) if lowest < n else None,
+    )
+    return profile
+
+
+def profile_facts(
+    sheet: FactSheet,
+    profile: Profile,
+    n: int,
+    where: str,
+    low: tuple[int, Profile] | None = None,
+) -> None:
+    """The facts of one wait profile of `n` sessions (`where`: "at 8 clients", "in window 7"),
+    with each class's growth from the `low` (clients, profile) where there is one."""
     source = "activity"
     for entry in profile.entries:
         sheet.add(
@@ -302,7 +323,7 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
             entry.share,
             "share",
             source,
-            f"{entry.label} share of active time at {n_clients(n)}",
+            f"{entry.label} share of active time {where}",
         )
     for cls, share in profile.class_shares().items():
         sheet.add(
@@ -310,7 +331,7 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
             share,
             "share",
             source,
-            f"{cls} waits' share of active time at {n_clients(n)}",
+            f"{cls} waits' share of active time {where}",
         )
     for group, events in WAIT_GROUPS.items():
         total = sum(e.share for e in profile.entries if e.label in events)
@@ -320,7 +341,7 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
             "share",
             source,
             f"{' + '.join(events[:3])}{' …' if len(events) > 3 else ''} share of "
-            f"active time at {n_clients(n)}",
+            f"active time {where}",
         )
     lwlocks = [e for e in profile.entries if e.wait_event_type == "LWLock"]
     if lwlocks:
@@ -330,24 +351,22 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
             top.share,
             "share",
             source,
-            f"LWLock:{top.wait_event}, the most waited-for LWLock tranche, at {n_clients(n)}",
+            f"LWLock:{top.wait_event}, the most waited-for LWLock tranche, {where}",
         )
         sheet.add(
             f"wait.lwlock_top.{top.wait_event}",
             top.share,
             "share",
             source,
-            f"LWLock:{top.wait_event} share of active time at {n_clients(n)}",
+            f"LWLock:{top.wait_event} share of active time {where}",
         )
-    sheet.add(
-        "wait.aas", profile.aas, "count", source, f"average active sessions at {n_clients(n)}"
-    )
+    sheet.add("wait.aas", profile.aas, "count", source, f"average active sessions {where}")
     sheet.add(
         "wait.aas_per_client",
         profile.aas / n,
         "share",
         source,
-        f"average active sessions per client at {n_clients(n)}",
+        f"average active sessions per client {where}",
     )
     states = profile.states
     sheet.add(
@@ -355,18 +374,18 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
         states.get("idle", 0.0) + states.get("idle in transaction", 0.0),
         "share",
         source,
-        f"share of client sessions' samples idle (in or out of a transaction) at {n_clients(n)}",
+        f"share of client sessions' samples idle (in or out of a transaction) {where}",
     )
     sheet.add(
         "sessions.idle_in_transaction",
         states.get("idle in transaction", 0.0),
         "share",
         source,
-        f"share of client sessions' samples idle inside a transaction at {n_clients(n)}",
+        f"share of client sessions' samples idle inside a transaction {where}",
     )
-    lowest = min(by_clients)
-    if lowest < n:
-        low_classes = by_clients[lowest].class_shares()
+    if low is not None:
+        lowest, low_profile = low
+        low_classes = low_profile.class_shares()
         for cls, share in profile.class_shares().items():
             sheet.add(
                 f"wait.growth.{cls}",
@@ -375,7 +394,34 @@ def _wait_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
                 source,
                 f"growth of {cls}'s share of active time from {lowest} to {n_clients(n)}",
             )
-    return profile
+
+
+def live_sheet(profile: Profile, sessions: float) -> FactSheet:
+    """The last seconds of a live view as a sheet: their wait profile's facts alone."""
+    n = max(1, round(sessions))
+    sheet = FactSheet(VARIANT_OBSERVED, n)
+    sheet.add("clients", n, "clients", "activity", "client sessions present, last seconds")
+    profile_facts(sheet, profile, n, "in the last seconds")
+    _lwlock_top(sheet, n, traced=False)
+    return sheet
+
+
+def worst_window_sheet(analysis: RunAnalysis) -> FactSheet | None:
+    """An observation's worst window as a sheet of its own: its commits/s, sessions and wait
+    profile, which the rules judge as they judge the whole observation (None: not an
+    observation, or no window with sampled activity)."""
+    observed = analysis.observation
+    if observed is None or observed.worst_profile is None or not observed.worst_profile.samples:
+        return None
+    window = next(w for w in observed.windows if w.step_id == observed.worst_window)
+    n = max(1, round(window.concurrency or 1))
+    where = f"in window {window.step_id}"
+    sheet = FactSheet(VARIANT_OBSERVED, n)
+    sheet.add("tps", window.tps, "tps", "pgstats", f"commits/s {where}")
+    sheet.add("clients", n, "clients", "activity", f"client sessions present {where}")
+    profile_facts(sheet, observed.worst_profile, n, where)
+    _lwlock_top(sheet, n, traced=False)
+    return sheet
 
 
 def _host_facts(

@@ -27,8 +27,8 @@ from pgscope.analyze import (
     waits,
 )
 from pgscope.analyze.absence import absent_evidence
-from pgscope.analyze.diagnose import diagnose, without_steps
-from pgscope.analyze.facts import extract
+from pgscope.analyze.diagnose import diagnose, judge_window, without_steps
+from pgscope.analyze.facts import extract, worst_window_sheet
 from pgscope.analyze.model import (
     Checkpoints,
     Cpu,
@@ -70,6 +70,11 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
         entries = measured.waits.overall.entries[:3] if measured.waits else []
         verdict = without_steps(measured.command, [(e.label, e.share) for e in entries])
         diagnosis = dataclasses.replace(diagnosis, verdict=verdict)
+    window = worst_window_sheet(measured)
+    if window is not None and measured.observation is not None:
+        worst = measured.observation.worst_window
+        assert worst is not None
+        diagnosis.worst_window = judge_window(window, worst, diagnosis)
     return dataclasses.replace(measured, facts=sheets, diagnosis=diagnosis)
 
 
@@ -128,7 +133,7 @@ def _marked(series: timeline.Series, observed: observation.Observation | None) -
     if observed is None or not observed.outliers:
         return series
     marks = [
-        ((w.start_us - series.t0_us) / 1e6, "outlier", f"outlier: window {w.step_id}")
+        ((w.start_us - series.t0_us) / 1e6, "outlier", f"outlier: window {w.step_id} — {w.outlier}")
         for w in observed.windows
         if w.outlier and w.start_us is not None
     ]

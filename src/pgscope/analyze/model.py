@@ -164,11 +164,31 @@ class NotAssessed:
 
 
 @dataclass
+class WindowJudgement:
+    """An observation's worst window judged by the same rules as the whole observation: a
+    stall or a pile-up can have a cause the whole hides (it is a few seconds of an hour)."""
+
+    step_id: int
+    findings: list[Finding]  # best first, medium confidence or more
+    # In words: what the window shows against the whole ("the same cause leads", "a cause
+    # the whole observation does not show", "no rule fires").
+    note: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step_id": self.step_id,
+            "findings": [f.to_json() for f in self.findings],
+            "note": self.note,
+        }
+
+
+@dataclass
 class Diagnosis:
     verdict: str
     findings: list[Finding]  # best first
     not_assessed: list[NotAssessed]
     weak: bool  # no finding reached medium confidence
+    worst_window: WindowJudgement | None = None  # `observe` only
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -176,6 +196,7 @@ class Diagnosis:
             "weak": self.weak,
             "findings": [f.to_json() for f in self.findings],
             "not_assessed": [n.to_json() for n in self.not_assessed],
+            "worst_window": self.worst_window.to_json() if self.worst_window else None,
         }
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import duckdb
 
-from pgscope.analyze.waits import ACTIVE, IN_WINDOWS, WAIT_EVENT, WAIT_TYPE
+from pgscope.analyze.waits import ACTIVE, IN_WINDOWS, WAIT_EVENT, WAIT_TYPE, Profile, profile
 from pgscope.duck import table_exists
 
 VARIANT = "observed"
@@ -107,6 +107,8 @@ class Observation:
     outliers: list[int]
     layers: list[Layer]
     own_cpu_share: float | None  # pgscope and its tracers, of the host's CPU (host collector)
+    # The worst window's wait profile, for the rules to judge it as they judge the whole.
+    worst_profile: Profile | None = None
 
 
 def is_observation(db: duckdb.DuckDBPyConnection) -> bool:
@@ -151,6 +153,11 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
         key=lambda w: (w.tps or 0.0) / (w.concurrency or 1.0),
         default=None,
     )
+    worst_profile = (
+        profile(db, worst.start_us, worst.end_us)
+        if worst is not None and worst.start_us is not None and activity.aas
+        else None
+    )
     return Observation(
         float(rows[0][10]) if rows and rows[0][10] else None,
         windows,
@@ -162,6 +169,7 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
         [w.step_id for w in windows if w.outlier],
         layers(collectors, _statements_absent(db), _costs(db)),
         _own_cpu(db),
+        worst_profile,
     )
 
 

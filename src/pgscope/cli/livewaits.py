@@ -1,5 +1,6 @@
 """The `--live` view of `sample` and `observe`: the last seconds' waits, redrawn each second
-from the run's own store while the collectors write it."""
+from the run's own store while the collectors write it; for `observe`, with the finding the
+rules rank first over those seconds (analyze/live.py)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,29 @@ from rich.live import Live
 from pgscope.store import RunStore
 
 WINDOW_S = 10  # the view shows the waits of the last this many seconds
+# How often the sampler writes its rows while the view reads them (instead of every 10 s):
+# each write costs a few ms of CPU, which a user watching the view pays.
+LIVE_FLUSH_S = 1.0
 
 
 class LiveWaits:
     """A context manager: shown while the block runs when `enabled`, else nothing.
     `opened` is the collection's `on_store` hook, `refresh` its `every_second` hook."""
 
-    def __init__(self, enabled: bool, duration_s: float, console: Console) -> None:
+    def __init__(
+        self, enabled: bool, duration_s: float, console: Console, command: str = "sample"
+    ) -> None:
         self.duration_s = duration_s
+        self.command = command
         self.store: RunStore | None = None
         self.view: Live | None = None
         if enabled:
             from pgscope.render.waits import live_view
 
             self.view = Live(
-                live_view(None, 0, duration_s, WINDOW_S), console=console, refresh_per_second=2
+                live_view(None, 0, duration_s, WINDOW_S, command),
+                console=console,
+                refresh_per_second=2,
             )
 
     def opened(self, store: RunStore) -> None:
@@ -40,8 +49,17 @@ class LiveWaits:
         from pgscope.render.waits import live_view
         from pgscope.store import now_us
 
-        analysis = waits.analyse(self.store.db, start_us=now_us() - WINDOW_S * 1_000_000)
-        self.view.update(live_view(analysis, elapsed, self.duration_s, WINDOW_S))
+        since = now_us() - WINDOW_S * 1_000_000
+        analysis = waits.analyse(self.store.db, start_us=since)
+        leading = None
+        if self.command == "observe" and analysis is not None:
+            from pgscope.analyze.live import client_sessions, leading_finding
+
+            sessions = client_sessions(self.store.db, since)
+            leading = leading_finding(analysis.overall, sessions) or "none yet"
+        self.view.update(
+            live_view(analysis, elapsed, self.duration_s, WINDOW_S, self.command, leading)
+        )
 
     def __enter__(self) -> LiveWaits:
         if self.view is not None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
-from pgscope.cli.livewaits import LiveWaits
+from pgscope.cli.livewaits import LIVE_FLUSH_S, LiveWaits
 from pgscope.cli.options import (
     DSN_SOURCES_HELP,
     DataDir,
@@ -127,6 +127,8 @@ def observe(
         err.print(f"· {message}", highlight=False)
 
     selection = _selection(target, hz, trace, profile)
+    if live:  # the view reads the store each second
+        selection["activity"]["flush_s"] = LIVE_FLUSH_S
     from pgscope.collect.base import CollectorEnv
 
     env = CollectorEnv(pg, target.kind, target.conn, os.geteuid() == 0)
@@ -143,7 +145,7 @@ def observe(
         if int(elapsed) % 30 == 0:
             say(f"observing: {elapsed:.0f}/{duration:.0f} s")
 
-    with LiveWaits(live, duration, err) as view:
+    with LiveWaits(live, duration, err, command="observe") as view:
 
         def opened(store: RunStore) -> None:
             view.opened(store)

@@ -11,7 +11,7 @@ import typer
 
 from pgscope.analyze.model import RunAnalysis
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
-from pgscope.cli.livewaits import LiveWaits
+from pgscope.cli.livewaits import LIVE_FLUSH_S, LiveWaits
 from pgscope.cli.options import DSN_SOURCES_HELP, DsnFile, LiveFlag, ResultsDir, resolve_dsn
 from pgscope.cli.title import safe_command_line
 from pgscope.files import write_atomic
@@ -70,6 +70,8 @@ def sample(
     conn.connect().close()
     pg = find_binaries(None, need_server=False)
     selection: dict[str, dict[str, Any]] = {"activity": {"hz": hz, "reconnect_s": 0}}
+    if live:  # the view reads the store each second
+        selection["activity"]["flush_s"] = LIVE_FLUSH_S
     env = CollectorEnv(pg, "server", conn, os.geteuid() == 0)
     err = err_console()
     if not no_pgws and PgwsCollector.check(env).ok:

@@ -2,21 +2,25 @@
 
 How: one statement per second takes a whole second of samples inside the server, each one a
 fresh read of the backend status array (`pg_stat_get_activity`, what `pg_stat_activity` shows)
-after sleeping until its scheduled time. A round trip per sample would cost five times as
-much CPU, most of it ours (measured: docs/benchmarks.md).
+after sleeping until its scheduled time, and comes back as one row per sample: its processes
+as one text, split into rows by DuckDB when written (every `flush_s`). A round trip per sample
+would cost five times as much CPU, a row per process twice as much of ours (measured:
+docs/benchmarks.md).
 
 What it records (tables below): every process at every sample (pid, backend type, state, wait
-event, query_id, database, user, application), the blockers of sessions waiting on heavyweight
-locks (at most once a second: `pg_blocking_pids` takes the lock manager's locks), the text of
-each query_id the first time it is seen, and per second its own achieved rate, lag and read
-time, so a user sees the real resolution. Sample times are the server's clock mapped onto this
-host's clock (the clock pgbench and every other table use).
+event, query_id, database, user, application) but background processes in their idle
+main-loop waits and pgscope's own sessions, which no analysis counts (an empty sample keeps a
+row of the sampler's own, so every instant is counted); the blockers of sessions waiting on
+heavyweight locks (at most once a second: `pg_blocking_pids` takes the lock manager's locks),
+the text of each query_id the first time it is seen, and per second its own achieved rate,
+lag and read time, so a user sees the real resolution. Sample times are the server's clock
+mapped onto this host's clock (the clock pgbench and every other table use).
 
-What it costs: ~0.16 ms of server CPU and ~0.03 ms of ours per sample (~1% of one core at
-50 Hz); docs/benchmarks.md has the measured throughput cost per rate. Its own session shows as
-active (Timeout:PgSleep) on the server and holds a snapshot for a second at a time. If reading
-the status array gets slow (a server in trouble), it halves its rate and says so rather than
-add load.
+What it costs: ~0.1 ms of server CPU per sample under load, mostly waking up and copying the
+status array, and ~0.03-0.05 ms of ours (~0.8% of one core at 50 Hz); docs/benchmarks.md has
+the measured figures. Its own session shows as active (Timeout:PgSleep) on the server and
+holds a snapshot for a second at a time. If reading the status array gets slow (a server in
+trouble), it halves its rate and says so rather than add load.
 
 Needs no extension. On a server it does not own it needs `pg_monitor` (or
 `pg_read_all_stats`): without it, other sessions' wait events read as NULL.
@@ -24,6 +28,7 @@ Needs no extension. On a server it does not own it needs `pg_monitor` (or
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Any
@@ -70,34 +75,81 @@ CREATE TABLE IF NOT EXISTS activity_rate (
 );
 """
 
-# One statement = `n` samples, `interval` seconds apart. Three details matter, each checked
-# against EXPLAIN and against a session whose state alternates:
+# One statement = `n` samples, `interval` seconds apart, one result row per sample. Details
+# that matter, each checked against EXPLAIN and against a session whose state alternates:
 # - the status array is cached per transaction: pg_stat_clear_snapshot() before each read;
 # - the reads must be re-executed per sample: the function's argument refers to s.n (a
 #   function scan whose arguments did not change rewinds its materialised result), and
-#   OFFSET 0 keeps the planner from pulling the subqueries up and out of the loop;
-# - sleeps aim at statement start + (n-1) * interval, so lateness does not accumulate.
+#   OFFSET 0 keeps the planner from pulling the sleep's subquery up and out of the loop;
+# - sleeps aim at statement start + (n-1) * interval, so lateness does not accumulate;
+# - a sample's processes come as one text (fields split by \x1f, processes by \x1e: none of
+#   them can hold either, application_name being printable ASCII), which DuckDB splits when
+#   the rows are written: no per-process row in the protocol, no per-process Python object
+#   (measured: docs/benchmarks.md). Times are float8 (date_part), not numeric (extract);
+# - left out on the server: background processes in their idle main-loop waits (classes
+#   Activity and Extension) and pgscope's own sessions, which no analysis counts (waits.py
+#   ACTIVE, CLIENTS); a sample left with no process still gets its row (`rows` NULL), written
+#   as one row of the sampler itself, so that every sampling instant stays counted;
+# - a query's text comes the first time its query_id is seen, as "id\x1ftext";
+# - the last column counts the databases and roles we have no name for (computed once per
+#   statement): the names are read again before the samples naming them are written.
 BATCH_SQL = """
 SELECT s.n,
-       (extract(epoch FROM p.t0) * 1000000)::bigint,
-       (extract(epoch FROM p.t0 - statement_timestamp()) * 1000000)::bigint
+       (date_part('epoch', p.t0) * 1000000)::bigint,
+       (date_part('epoch', p.t0 - statement_timestamp()) * 1000000)::bigint
            - (%(interval)s * 1000000 * (s.n - 1))::bigint,
-       (extract(epoch FROM clock_timestamp() - p.t0) * 1000000)::bigint,
-       a.pid, a.backend_type, a.state, a.wait_event_type, a.wait_event, a.query_id,
-       a.datid, a.usesysid, a.application_name,
-       CASE WHEN a.query_id <> ALL(%(known)s::bigint[]) THEN a.query END
+       (date_part('epoch', a.t1 - p.t0) * 1000000)::bigint,
+       a.rows,
+       a.texts,
+       (SELECT count(*) FROM pg_database WHERE oid::bigint <> ALL(%(databases)s::bigint[]))
+           + (SELECT count(*) FROM pg_roles WHERE oid::bigint <> ALL(%(roles)s::bigint[]))
 FROM generate_series(1, %(n)s) AS s(n)
 CROSS JOIN LATERAL (
     SELECT pg_sleep(greatest(0, %(interval)s * (s.n - 1)
-                    - extract(epoch FROM clock_timestamp() - statement_timestamp()))),
+                    - date_part('epoch', clock_timestamp() - statement_timestamp()))),
            pg_stat_clear_snapshot(),
            clock_timestamp() AS t0
     OFFSET 0) AS p
 CROSS JOIN LATERAL (
-    SELECT * FROM pg_stat_get_activity(CASE WHEN s.n > 0 THEN NULL::int END) AS g
+    SELECT string_agg(concat(g.pid, E'\\x1f', g.backend_type, E'\\x1f', g.state, E'\\x1f',
+                             g.wait_event_type, E'\\x1f', g.wait_event, E'\\x1f', g.query_id,
+                             E'\\x1f', g.datid, E'\\x1f', g.usesysid, E'\\x1f',
+                             g.application_name), E'\\x1e') AS rows,
+           array_agg(g.query_id || E'\\x1f' || g.query)
+               FILTER (WHERE g.query_id <> ALL(%(known)s::bigint[])
+                       AND g.query_id IS NOT NULL) AS texts,
+           clock_timestamp() AS t1
+    FROM pg_stat_get_activity(CASE WHEN s.n > 0 THEN NULL::int END) AS g
     WHERE g.pid <> pg_backend_pid()
-    OFFSET 0) AS a
+      AND (g.backend_type = 'client backend' OR g.wait_event_type IS NULL
+           OR g.wait_event_type NOT IN ('Activity', 'Extension'))
+      AND coalesce(g.application_name, '') NOT LIKE 'pgscope%%') AS a
 """
+# The samples taken in (given as lists: a registered table costs more per write), split into
+# the table's rows, database and role oids named; a sample with no process is one row of the
+# sampler's own (pid $own).
+WRITE_SQL = """
+INSERT INTO activity_samples
+WITH samples AS (
+    SELECT unnest($ts_us) AS ts_us, unnest($sample_no) AS sample_no,
+           unnest($processes) AS processes)
+SELECT ts_us, sample_no, f[1]::INTEGER, f[2], nullif(f[3], ''), nullif(f[4], ''),
+       nullif(f[5], ''), nullif(f[6], '')::BIGINT,
+       $db_names[list_position($db_oids, nullif(f[7], '')::BIGINT)],
+       $role_names[list_position($role_oids, nullif(f[8], '')::BIGINT)], f[9]
+FROM (SELECT ts_us, sample_no,
+             string_split(unnest(string_split(processes, chr(30))), chr(31)) AS f
+      FROM samples WHERE processes IS NOT NULL)
+UNION ALL
+SELECT ts_us, sample_no, $own, 'client backend', 'active', NULL, NULL, NULL, NULL, NULL,
+       $application
+FROM samples WHERE processes IS NULL
+"""
+RATE_SQL = (
+    "INSERT INTO activity_rate SELECT unnest($second_us), unnest($target_hz), "
+    "unnest($samples), unnest($lag_mean_ms), unnest($lag_max_ms), unnest($query_mean_ms), "
+    "unnest($query_max_ms)"
+)
 BLOCKERS_SQL = (
     "SELECT pid, unnest(pg_blocking_pids(pid)) FROM pg_stat_activity "
     "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
@@ -110,20 +162,8 @@ NAMES_SQL = (
     "SELECT 'd', oid, datname FROM pg_database UNION ALL SELECT 'u', oid, rolname FROM pg_roles"
 )
 CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+LOCK_WAIT = "\x1fLock\x1f"  # a process waiting on a heavyweight lock, in a sample's text
 
-SAMPLE_COLUMNS = (
-    "ts_us",
-    "sample_no",
-    "pid",
-    "backend_type",
-    "state",
-    "wait_event_type",
-    "wait_event",
-    "query_id",
-    "datname",
-    "usename",
-    "application_name",
-)
 RATE_COLUMNS = (
     "second_us",
     "target_hz",
@@ -141,11 +181,12 @@ class ActivityOptions(BaseModel):
     hz: float = Field(50.0, gt=0, le=1000, description="samples per second")
     batch_s: float = Field(1.0, gt=0, le=10, description="seconds of samples per statement")
     flush_s: float = Field(
-        3.0,
+        10.0,
         gt=0,
         le=60,
-        description="how often rows are written to the store: each write costs ~3 ms of "
-        "CPU; a SIGKILL loses at most this much (a normal stop or Ctrl-C writes everything)",
+        description="how often rows are written to the store: each write costs ~3-9 ms of "
+        "CPU whatever its size, so rarer writes cost less; a SIGKILL loses at most this much "
+        "(a normal stop or Ctrl-C writes everything); `--live` writes every second",
     )
     blockers: bool = Field(True, description="record pg_blocking_pids for Lock waits (≤ 1 Hz)")
     reconnect_s: float = Field(
@@ -182,7 +223,7 @@ def check_rights(conn: ConnParams) -> Availability:
 class ActivityCollector(PollingCollector):
     name = "activity"
     summary = "wait-event samples of every session from pg_stat_activity, no extension"
-    cost = "~0.2 ms of CPU per sample, ~1% of one core at 50 Hz (docs/benchmarks.md)"
+    cost = "~0.15 ms of CPU per sample, ~0.8% of one core at 50 Hz (docs/benchmarks.md)"
     default_in_runs = True
     Options = ActivityOptions
     application_name = APPLICATION
@@ -204,7 +245,9 @@ class ActivityCollector(PollingCollector):
         self.known_queries: set[int] = set()
         self.names: dict[tuple[str, int], str] = {}
         self.clock_offset_us = 0
-        self.pending_samples: list[tuple[Any, ...]] = []
+        self.own_pid = 0
+        # Per sample taken in and not yet written: (host time, sample number, its processes).
+        self.pending_samples: list[tuple[int, int, str | None]] = []
         self.pending_rate: list[tuple[Any, ...]] = []
         self.open_seconds: dict[int, dict[int, tuple[float, float]]] = {}
         self.last_flush = time.monotonic()
@@ -214,6 +257,7 @@ class ActivityCollector(PollingCollector):
         session.execute(f"SET statement_timeout = '{int(self.options.batch_s * 1000) + 5000}ms'")
         self.clock_offset_us = self._clock_offset(session)
         self._load_names(session)
+        self.own_pid = session.info.backend_pid
         return session
 
     @staticmethod
@@ -245,7 +289,13 @@ class ActivityCollector(PollingCollector):
         last_blockers = 0.0
         while not self.stop_event.is_set():
             n = max(1, round(self.target_hz * self.options.batch_s))
-            params = {"n": n, "interval": 1.0 / self.target_hz, "known": sorted(self.known_queries)}
+            params = {
+                "n": n,
+                "interval": 1.0 / self.target_hz,
+                "known": sorted(self.known_queries),
+                "databases": [oid for kind, oid in self.names if kind == "d"],
+                "roles": [oid for kind, oid in self.names if kind == "u"],
+            }
             try:
                 cursor.execute(BATCH_SQL, params, prepare=True)
                 rows = cursor.fetchall()
@@ -257,70 +307,40 @@ class ActivityCollector(PollingCollector):
             self._keep(rows)
             if time.monotonic() - self.last_flush >= self.options.flush_s:
                 self._flush()
-            waiting_on_locks = any(row[7] == "Lock" for row in rows)
             if (
                 self.options.blockers
-                and waiting_on_locks
                 and time.monotonic() - last_blockers >= 1.0
+                and any(row[4] is not None and LOCK_WAIT in row[4] for row in rows)
             ):
                 last_blockers = time.monotonic()
                 self._record_blockers()
 
     def _keep(self, rows: list[tuple[Any, ...]]) -> None:
-        """Take in one batch: sample rows and per-second rate rows (written by _flush), new
-        query texts (written now: they are rare)."""
+        """Take in one batch, a row per sample: its processes (written by _flush, which
+        splits them), its lag and read time (per second, in the rate rows), the texts of
+        queries seen for the first time (written now: they are rare)."""
         if not rows:
             return
-        if any(
-            (("d", r[10]) not in self.names and r[10]) or (("u", r[11]) not in self.names and r[11])
-            for r in rows
-        ):
-            self._load_names(self.session)  # a new database or role appeared
         offset, base = self.clock_offset_us, self.samples
-        samples: list[tuple[Any, ...]] = []
         per_second = self.open_seconds
-        fastest_read_ms = min(r[3] for r in rows) / 1000
+        pending = self.pending_samples
         texts: dict[int, str] = {}
-        for (
-            n,
-            ts,
-            lag_us,
-            read_us,
-            pid,
-            btype,
-            state,
-            wtype,
-            wevent,
-            query_id,
-            datid,
-            userid,
-            app,
-            text,
-        ) in rows:
+        if rows[0][6]:
+            # A database or role created while sampling; unnamed until the next batch if
+            # this fails (a connection lost shows in the next batch, which reconnects).
+            with contextlib.suppress(psycopg.Error):
+                self._load_names(self.session)
+        for n, ts, lag_us, read_us, processes, new_texts, _ in rows:
             ts_us = ts + offset
-            samples.append(
-                (
-                    ts_us,
-                    base + n,
-                    pid,
-                    btype,
-                    state,
-                    wtype,
-                    wevent,
-                    query_id,
-                    self.names.get(("d", datid)) if datid else None,
-                    self.names.get(("u", userid)) if userid else None,
-                    app,
-                )
-            )
+            pending.append((ts_us, base + n, processes))
             per_second.setdefault(ts_us // 1_000_000 * 1_000_000, {})[base + n] = (
                 lag_us / 1000,
                 read_us / 1000,
             )
-            if text is not None and query_id is not None and query_id not in self.known_queries:
-                texts[query_id] = text
+            for entry in new_texts or ():
+                query_id, _, text = entry.partition("\x1f")
+                texts.setdefault(int(query_id), text)
         self.samples = base + max(r[0] for r in rows)
-        self.pending_samples.extend(samples)
         # A batch rarely starts on a second boundary: a second stays open until a later
         # sample has moved past it, so its rate row counts the samples of both batches.
         latest = max(per_second)
@@ -331,9 +351,9 @@ class ActivityCollector(PollingCollector):
             self.known_queries.update(texts)
             self.store.db.execute(
                 "INSERT OR IGNORE INTO activity_queries SELECT unnest(?), unnest(?), ?",
-                [list(texts), list(texts.values()), samples[0][0]],
+                [list(texts), list(texts.values()), rows[0][1] + offset],
             )
-        self._maybe_back_off(fastest_read_ms)
+        self._maybe_back_off(min(r[3] for r in rows) / 1000)
 
     def _close_second(self, second: int, by_sample: dict[int, tuple[float, float]]) -> None:
         lags = [lag for lag, _ in by_sample.values()]
@@ -351,18 +371,44 @@ class ActivityCollector(PollingCollector):
         )
 
     def _flush(self) -> None:
-        """Write what was taken in, column-wise, one statement per table."""
-        tables = (
-            ("activity_samples", SAMPLE_COLUMNS, self.pending_samples),
-            ("activity_rate", RATE_COLUMNS, self.pending_rate),
-        )
-        for table, columns, pending in tables:
-            if pending:
-                self.store.append(
-                    table, dict(zip(columns, zip(*pending, strict=True), strict=True))
-                )
-                pending.clear()
+        """Write what was taken in, one statement per table: the samples split into rows by
+        DuckDB, the rate rows."""
+        if self.pending_samples:
+            ts_us, sample_no, processes = zip(*self.pending_samples, strict=True)
+            self.store.db.execute(
+                WRITE_SQL,
+                {
+                    "ts_us": list(ts_us),
+                    "sample_no": list(sample_no),
+                    "processes": list(processes),
+                    **self._name_lists(),
+                    "own": self.own_pid,
+                    "application": self.application_name,
+                },
+            )
+            self.pending_samples.clear()
+        if self.pending_rate:
+            columns = zip(*self.pending_rate, strict=True)
+            self.store.db.execute(
+                RATE_SQL,
+                {name: list(values) for name, values in zip(RATE_COLUMNS, columns, strict=True)},
+            )
+            self.pending_rate.clear()
         self.last_flush = time.monotonic()
+
+    def _name_lists(self) -> dict[str, list[Any]]:
+        """The names known, as the lists WRITE_SQL looks oids up in."""
+        lists: dict[str, list[Any]] = {
+            "db_oids": [],
+            "db_names": [],
+            "role_oids": [],
+            "role_names": [],
+        }
+        for (kind, oid), name in self.names.items():
+            prefix = "db" if kind == "d" else "role"
+            lists[f"{prefix}_oids"].append(oid)
+            lists[f"{prefix}_names"].append(name)
+        return lists
 
     def _maybe_back_off(self, fastest_read_ms: float) -> None:
         """Halve the rate after two batches in which even the fastest read of the status

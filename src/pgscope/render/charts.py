@@ -301,7 +301,9 @@ def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any]
                 y=1,
                 yref="paper",
                 # plotly renders a subset of HTML in text: an action's SQL is shown, not run.
-                text=html.escape(label.split(" at ")[0][:24]),
+                # The label's head on the chart, all of it (an outlier's why) on hover.
+                text=html.escape(label.split(" — ")[0].split(" at ")[0][:24]),
+                hovertext=html.escape(label),
                 showarrow=False,
                 font={"size": 9},
                 textangle=-90,

@@ -101,7 +101,8 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
     )
     print_findings(console, result)
     if result.observation is not None:
-        print_observation(console, result.observation, result.started_us)
+        judged = result.diagnosis.worst_window if result.diagnosis else None
+        print_observation(console, result.observation, result.started_us, judged)
     for variant in result.scalability.variants():
         table = Table(title=f"variant {variant}", title_justify="left", show_edge=False)
         for name in ("clients", "repeats", "tps", "95% CI", "p50 ms", "p95 ms", "p99 ms"):

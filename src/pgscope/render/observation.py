@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pgscope.analyze.model import WindowJudgement
 from pgscope.analyze.observation import Observation
 
 MAX_ROWS = 30  # beyond, the outliers, the worst window and the first and last windows
@@ -23,7 +24,12 @@ def _short(text: str | None, width: int = 48) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def print_observation(console: Console, observation: Observation, t0_us: int | None) -> None:
+def print_observation(
+    console: Console,
+    observation: Observation,
+    t0_us: int | None,
+    judged: WindowJudgement | None = None,
+) -> None:
     windows = observation.windows
     shown = windows
     if len(windows) > MAX_ROWS:
@@ -72,6 +78,8 @@ def print_observation(console: Console, observation: Observation, t0_us: int | N
         )
     console.print()
     console.print(table)
+    if judged is not None:
+        console.print(f"worst window: {escape(judged.note)}", highlight=False)
     console.print(f"scalability: {escape(observation.scalability_note)}", highlight=False)
     console.print("layers:", highlight=False)
     for layer in observation.layers:

@@ -8,6 +8,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from pgscope.analyze.model import Finding
 from pgscope.analyze.waits import ConcurrencyProfile, Profile, QueryProfile, WaitAnalysis
 
 CLASS_ORDER = (
@@ -132,11 +133,19 @@ def print_waits(console: Console, analysis: WaitAnalysis, variants: list[str]) -
 
 
 def live_view(
-    analysis: WaitAnalysis | None, elapsed: float, duration: float, window_s: float
+    analysis: WaitAnalysis | None,
+    elapsed: float,
+    duration: float,
+    window_s: float,
+    command: str = "sample",
+    leading: Finding | str | None = None,
 ) -> RenderableType:
-    """The top-like view of `pgscope sample --live`, over the last `window_s` seconds."""
+    """The top-like view of `pgscope sample --live` and `observe --live`, over the last
+    `window_s` seconds; `leading`: the finding the rules rank first over them (a string
+    when there is none), shown under the header when given."""
     header = Text(
-        f"pgscope sample  {elapsed:4.0f}/{duration:.0f} s   last {window_s:.0f} s", style="bold"
+        f"pgscope {command}  {elapsed:4.0f}/{duration:.0f} s   last {window_s:.0f} s",
+        style="bold",
     )
     if analysis is None or not analysis.overall.samples:
         return Group(header, Text("waiting for samples…"))
@@ -148,10 +157,25 @@ def live_view(
     for cls, share in profile.class_shares().items():
         value = share * profile.aas
         aas.add_row(cls, f"{value:.2f}", "█" * max(1, round(value * 8)))
+    parts: list[RenderableType] = [header]
+    if leading is not None:
+        parts.append(_leading(leading, window_s))
     return Group(
-        header,
+        *parts,
         aas,
         profile_table(profile, "top waits", limit=8),
         queries_table(analysis.queries, limit=5),
         Text(f"{profile.achieved_hz:.1f} samples/s", style="dim"),
     )
+
+
+def _leading(leading: Finding | str, window_s: float) -> Text:
+    text = Text(f"leading finding, last {window_s:.0f} s: ", style="bold")
+    if isinstance(leading, str):
+        text.append(leading, style="dim")
+        return text
+    text.append(f"{leading.title} ({leading.confidence})", style="bold red")
+    numbers = "; ".join(f"{f.label}: {f.shown()}" for f in leading.evidence[:2])
+    if numbers:
+        text.append(f"\n  {numbers}", style="dim")
+    return text
