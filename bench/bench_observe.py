@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests.stores
 
 from abtest import write_results
+from tests.stores import observation_begun
 
-from pgscope.collect.activity import SCHEMA as ACTIVITY_SCHEMA
-from pgscope.collect.pgstats import SCHEMA as PGSTATS_SCHEMA
-from pgscope.store import RunMeta, RunStore
-from pgscope.windows import VARIANT, close_windows, open_windows
+from pgscope.windows import VARIANT, close_windows
 
 WINDOW_S = 10
 T0 = 1_790_000_000_000_000  # a fixed epoch in microseconds: the store is the same each time
@@ -54,19 +53,8 @@ WAITS = [
 
 def build(run_dir: Path, seconds: int, sessions: int, hz: int) -> float:
     """The store; returns how long `close_windows` took on it."""
-    meta = RunMeta(
-        run_dir.name, "observe", "pgscope observe", "", "{}", "bench_observe", "bench",
-        "server", "host=bench", {"usable_cpus": 2},
-    )  # fmt: skip
-    store = RunStore.create(run_dir, meta)
+    store = observation_begun(run_dir, T0, "bench")
     db = store.db
-    db.execute("UPDATE run SET started_us = ?", [T0])
-    store.ensure_schema(ACTIVITY_SCHEMA)
-    store.ensure_schema(PGSTATS_SCHEMA)
-    open_windows(store)
-    for name in ("activity", "pgstats"):
-        store.set_collector(name, True, None, {})
-        store.collector_started(name)
     samples = seconds * hz
     cases = " ".join(
         f"WHEN r < {sum(w for *_, w in WAITS[: i + 1])} THEN {i}" for i in range(len(WAITS))

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pgscope.collect.activity import SCHEMA as ACTIVITY_SCHEMA
+from pgscope.collect.pgstats import SCHEMA as PGSTATS_SCHEMA
 from pgscope.store import RunMeta, RunStore
+from pgscope.windows import open_windows
 
 HOST = {"usable_cpus": 2, "cpu_model": "planted", "memory_bytes": 25276510208}
 
@@ -69,3 +72,22 @@ def sampled_session(run_dir: Path, lock_share: float) -> Path:
     store.finish_run("complete", None)
     store.close()
     return run_dir
+
+
+def observation_begun(run_dir: Path, started_us: int, who: str) -> RunStore:
+    """An `observe` session's store as its collectors begin (`who` stands for the command line
+    and version): the run's row from `started_us`, the activity and pgstats tables, windows
+    open, both collectors running. The caller fills in samples and counters."""
+    meta = RunMeta(
+        run_dir.name, "observe", "pgscope observe", "", "{}", who, who, "server",
+        f"host={who}", {"usable_cpus": 2},
+    )  # fmt: skip
+    store = RunStore.create(run_dir, meta)
+    store.db.execute("UPDATE run SET started_us = ?", [started_us])
+    store.ensure_schema(ACTIVITY_SCHEMA)
+    store.ensure_schema(PGSTATS_SCHEMA)
+    open_windows(store)
+    for name in ("activity", "pgstats"):
+        store.set_collector(name, True, None, {})
+        store.collector_started(name)
+    return store

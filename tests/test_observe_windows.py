@@ -17,12 +17,11 @@ from rich.console import Console
 from pgscope.analyze import live, waits
 from pgscope.analyze.load import load_analysis
 from pgscope.analyze.model import RunAnalysis, from_document, to_document
-from pgscope.collect.activity import SCHEMA as ACTIVITY_SCHEMA
-from pgscope.collect.pgstats import SCHEMA as PGSTATS_SCHEMA
 from pgscope.render.console import print_summary
 from pgscope.render.waits import live_view
-from pgscope.store import RunMeta, RunStore
-from pgscope.windows import VARIANT, close_windows, open_windows
+from pgscope.store import RunStore
+from pgscope.windows import VARIANT, close_windows
+from tests.stores import observation_begun
 
 T0 = 1_790_000_000_000_000
 WINDOW_S = 5
@@ -34,19 +33,8 @@ COMMITS_PER_S = 2000.0
 
 
 def observation_store(run_dir: Path, pile_up: bool) -> None:
-    meta = RunMeta(
-        run_dir.name, "observe", "pgscope observe", "", "{}", "test", "test", "server",
-        "host=test", {"usable_cpus": 2},
-    )  # fmt: skip
-    store = RunStore.create(run_dir, meta)
+    store = observation_begun(run_dir, T0, "test")
     db = store.db
-    db.execute("UPDATE run SET started_us = ?", [T0])
-    store.ensure_schema(ACTIVITY_SCHEMA)
-    store.ensure_schema(PGSTATS_SCHEMA)
-    open_windows(store)
-    for name in ("activity", "pgstats"):
-        store.set_collector(name, True, None, {})
-        store.collector_started(name)
     pile_from, pile_to = (PILE_UP - 1) * WINDOW_S * HZ, PILE_UP * WINDOW_S * HZ
     planted = "TRUE" if pile_up else "FALSE"
     # Outside the pile-up: on CPU 3 samples in 5, else reading from the client (no lock wait).
