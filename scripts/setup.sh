@@ -50,6 +50,32 @@ fi
 UV_PYTHON_DOWNLOADS=never .tools/bin/uv sync --frozen --quiet --compile-bytecode
 .venv/bin/python -m compileall -q src >/dev/null
 
+# A program shipped as a wheel: installed from REQUIREMENTS (version and sha256 pinned) into
+# FOLDER/site, without its Python dependencies, unless FOLDER already holds exactly those pins;
+# then LINK FOLDER REQUIREMENTS points FOLDER/bin at what the caller runs.
+install_pinned() {
+  local requirements=$1 folder=$2 what=$3 link=$4
+  if [[ -f "$folder/.installed" ]] && cmp -s "$requirements" "$folder/.installed"; then
+    return 0
+  fi
+  echo "setup: installing $what into $folder" >&2
+  rm -rf "$folder"
+  UV_PYTHON_DOWNLOADS=never .tools/bin/uv pip install --quiet --no-deps --require-hashes \
+    --python .venv/bin/python --target "$folder/site" -r "$requirements"
+  "$link" "$folder" "$requirements"
+  cp "$requirements" "$folder/.installed"
+}
+
+link_server_bin() {
+  local bindir
+  bindir=$(cd "$1" && find site -path '*/pginstall/bin' -type d | head -n 1)
+  if [[ -z "$bindir" ]]; then
+    echo "setup: $2 installed no pginstall/bin folder" >&2
+    exit 1
+  fi
+  ln -sfn "$bindir" "$1/bin"
+}
+
 # PostgreSQL 16, 17 and 18 for the version tests (and `--pg-bin`): servers published as
 # Python wheels (initdb, postgres, pgbench, most of contrib). They are programs, not libraries
 # pgscope imports, so each goes into a folder of its own, outside the project's environment,
@@ -57,35 +83,17 @@ UV_PYTHON_DOWNLOADS=never .tools/bin/uv sync --frozen --quiet --compile-bytecode
 # dependencies (only their own launcher code needs those). .tools/pg/<major>/bin points at
 # the server's bin folder. PGSCOPE_PG_SERVERS="" skips them.
 for major in ${PGSCOPE_PG_SERVERS-16 17 18}; do
-  requirements="scripts/pg-servers/$major.txt"
-  folder=".tools/pg/$major"
-  if [[ ! -f "$folder/.installed" ]] || ! cmp -s "$requirements" "$folder/.installed"; then
-    echo "setup: installing PostgreSQL $major into $folder" >&2
-    rm -rf "$folder"
-    UV_PYTHON_DOWNLOADS=never .tools/bin/uv pip install --quiet --no-deps --require-hashes \
-      --python .venv/bin/python --target "$folder/site" -r "$requirements"
-    bindir=$(cd "$folder" && find site -path '*/pginstall/bin' -type d | head -n 1)
-    if [[ -z "$bindir" ]]; then
-      echo "setup: $requirements installed no pginstall/bin folder" >&2
-      exit 1
-    fi
-    ln -sfn "$bindir" "$folder/bin"
-    cp "$requirements" "$folder/.installed"
-  fi
+  install_pinned "scripts/pg-servers/$major.txt" ".tools/pg/$major" "PostgreSQL $major" \
+    link_server_bin
 done
 
 # The DuckDB CLI the README names (scripts/duckdb-cli.txt, version and sha256 pinned): a
 # program, not a library, so it goes into a folder of its own like the servers above. The
 # tests open a run's store with it, which shows that the store's storage version is one that
 # CLI reads. .tools/duckdb-cli/bin/duckdb is the binary.
-requirements="scripts/duckdb-cli.txt"
-folder=".tools/duckdb-cli"
-if [[ ! -f "$folder/.installed" ]] || ! cmp -s "$requirements" "$folder/.installed"; then
-  echo "setup: installing the DuckDB CLI into $folder" >&2
-  rm -rf "$folder"
-  UV_PYTHON_DOWNLOADS=never .tools/bin/uv pip install --quiet --no-deps --require-hashes \
-    --python .venv/bin/python --target "$folder/site" -r "$requirements"
-  mkdir -p "$folder/bin"
-  ln -sfn ../site/duckdb_cli/duckdb "$folder/bin/duckdb"
-  cp "$requirements" "$folder/.installed"
-fi
+link_duckdb_cli() {
+  mkdir -p "$1/bin"
+  ln -sfn ../site/duckdb_cli/duckdb "$1/bin/duckdb"
+}
+
+install_pinned scripts/duckdb-cli.txt .tools/duckdb-cli "the DuckDB CLI" link_duckdb_cli
