@@ -147,6 +147,11 @@ _FACT_IN_TEXT = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_:]+)+)\}")
 def _advice(entries: list[str | dict[str, Any]], sheet: FactSheet) -> list[str]:
     """The rule's advice as this run reads it: what the run already does left out, the
     facts it names given their measured values."""
+
+    def measured(match: re.Match[str]) -> str:
+        fact = _resolve(sheet, match.group(1))
+        return f"{fact.shown()} here" if fact is not None else "not measured here"
+
     kept = []
     for entry in entries:
         text = entry if isinstance(entry, str) else entry["text"]
@@ -156,11 +161,6 @@ def _advice(entries: list[str | dict[str, Any]], sheet: FactSheet) -> list[str]:
             for name, op, threshold in conditions
         ):
             continue
-
-        def measured(match: re.Match[str]) -> str:
-            fact = _resolve(sheet, match.group(1))
-            return f"{fact.shown()} here" if fact is not None else "not measured here"
-
         kept.append(_FACT_IN_TEXT.sub(measured, text))
     return kept
 

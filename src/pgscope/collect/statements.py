@@ -92,21 +92,21 @@ STATEMENT_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 JIT_TIMES = ("jit_inlining_time", "jit_optimization_time", "jit_emission_time")
 
+# The third column marks pgscope's own statements, which its sessions cannot keep out of
+# pg_stat_statements where the role may not set pg_stat_statements.track (a pg_monitor role on
+# a user's server): those its sessions run at the moment of the reading, this one and the
+# activity sampler's batch above all (its pg_sleep makes its execution time the wall clock:
+# on a quiet server it would be the statement with the most execution time).
 STATEMENTS_SQL = """
+WITH own AS (
+  SELECT query_id FROM pg_stat_activity
+  WHERE application_name LIKE 'pgscope%' AND query_id IS NOT NULL
+)
 SELECT s.queryid, row_to_json(s)::text, s.queryid IN (SELECT query_id FROM own)
 FROM pg_stat_statements(false) s
 WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND s.queryid IS NOT NULL
 """
-# pgscope's own statements, which its sessions cannot keep out of pg_stat_statements where the
-# role may not set pg_stat_statements.track (a pg_monitor role on a user's server): those its
-# sessions run at the moment of the reading, this one and the activity sampler's batch above
-# all (its pg_sleep makes its execution time the wall-clock time: on a quiet server it would
-# be the statement with the most execution time).
-STATEMENTS_SQL = (
-    "WITH own AS (SELECT query_id FROM pg_stat_activity "
-    "WHERE application_name LIKE 'pgscope%' AND query_id IS NOT NULL)\n" + STATEMENTS_SQL
-)
 # pg_stat_statements(false) skips reading the texts' file; texts are read once per new id.
 TEXTS_SQL = """
 SELECT DISTINCT ON (queryid) queryid, left(query, 2000) FROM pg_stat_statements(true)
