@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,19 @@ def _pg_bin_without_pgbench(tmp_path: Path) -> str:
     return str(fake)
 
 
+# Port 1 on loopback: nothing listens, the connection is refused at once.
+UNREACHABLE = "host=127.0.0.1 port=1 dbname=x connect_timeout=3"
+
+
+def _unreachable(command: str) -> tuple[Callable[[Path], list[str]], ExitCode, str]:
+    """`command` against a server that cannot be reached: exit 5, before any run folder."""
+    return (
+        lambda t: [command, "--dsn", UNREACHABLE, "--results-dir", str(t / "r")],
+        ExitCode.TARGET,
+        "cannot connect to",
+    )
+
+
 CASES = {
     "unknown recipe": (
         lambda t: ["run", "nonesuch"],
@@ -84,17 +98,7 @@ CASES = {
         ExitCode.ENVIRONMENT,
         "pgbench not found in",
     ),
-    "unreachable DSN": (
-        lambda t: [
-            "run",
-            "--dsn",
-            "host=127.0.0.1 port=1 dbname=x connect_timeout=3",
-            "--results-dir",
-            str(t / "r"),
-        ],
-        ExitCode.TARGET,
-        "cannot connect to",
-    ),
+    "unreachable DSN": _unreachable("run"),
     "malformed DSN": (
         lambda t: ["run", "--dsn", "not a dsn", "--results-dir", str(t / "r")],
         ExitCode.USAGE,
@@ -156,28 +160,8 @@ CASES = {
         ExitCode.TARGET,
         "is not a PostgreSQL server",
     ),
-    "observe an unreachable DSN": (
-        lambda t: [
-            "observe",
-            "--dsn",
-            "host=127.0.0.1 port=1 dbname=x connect_timeout=3",
-            "--results-dir",
-            str(t / "r"),
-        ],
-        ExitCode.TARGET,
-        "cannot connect to",
-    ),
-    "sample an unreachable DSN": (
-        lambda t: [
-            "sample",
-            "--dsn",
-            "host=127.0.0.1 port=1 dbname=x connect_timeout=3",
-            "--results-dir",
-            str(t / "r"),
-        ],
-        ExitCode.TARGET,
-        "cannot connect to",
-    ),
+    "observe an unreachable DSN": _unreachable("observe"),
+    "sample an unreachable DSN": _unreachable("sample"),
     "unknown option": (lambda t: ["run", "--colour"], ExitCode.USAGE, "No such option"),
     "missing argument": (lambda t: ["report"], ExitCode.USAGE, "Missing argument"),
     "not a run folder": (lambda t: ["report", str(t)], ExitCode.SPEC, "not a pgscope run folder"),
@@ -261,9 +245,6 @@ def test_exit_codes_are_documented() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "exit-codes.md").read_text()
     for code in ExitCode:
         assert f"| {int(code)} " in doc, f"exit code {int(code)} ({code.name}) not documented"
-
-
-UNREACHABLE = "host=127.0.0.1 port=1 dbname=x connect_timeout=3"
 
 
 @pytest.mark.parametrize("command", ["run", "sample"])
