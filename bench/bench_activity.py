@@ -8,6 +8,11 @@ against pg_wait_sampling.
               noise barely moves.
     pgws-cpu: the reference: pg_wait_sampling's collector's own CPU at 100 Hz (10-ms
               period), idle and under that load.
+    floor:    where a sample's server CPU goes, under the same load at 100 Hz: the parts of
+              an SQL sampler run alone (sleeping to schedule; and reading the wait events
+              through the per-backend functions; or through pg_stat_get_activity), then
+              pgscope's statement, interleaved; pg_wait_sampling's collector, on the same
+              cluster, as the reference.
     accuracy: three workloads with different bottlenecks, pg_wait_sampling loaded (10 ms
               period); total-variation distance between the two client-backend wait
               distributions (waits only: Debian's pg_wait_sampling has no CPU bucket).
@@ -17,6 +22,7 @@ Usage:
     .venv/bin/python bench/bench_activity.py accuracy [--seconds 20] [--repeats 3]
     .venv/bin/python bench/bench_activity.py cpu [--seconds 20] [--repeats 3] [--rates ...]
     .venv/bin/python bench/bench_activity.py pgws-cpu [--seconds 20] [--repeats 3]
+    .venv/bin/python bench/bench_activity.py floor [--seconds 6] [--repeats 5]
     add --smoke for a quick end-to-end check of the script itself (numbers meaningless).
 Results: printed as Markdown, and saved as JSON under bench/results/.
 """
@@ -232,6 +238,103 @@ def pgws_cpu(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# The parts of a sample, each a statement of 100-Hz samples: `{read}` is what a sample reads
+# after sleeping to its schedule and clearing the status snapshot. The per-backend functions'
+# id set is a set-returning function in a target list (re-run each sample, as a sampler must:
+# a function scan would rewind its first result); each read is aggregated to one text per
+# sample, as the sampler does.
+FLOOR_SQL = """
+SELECT count(*), sum(length(r.x)) FROM generate_series(1, %(n)s) AS s(n)
+CROSS JOIN LATERAL (
+    SELECT pg_sleep(greatest(0, %(interval)s * (s.n - 1)
+                    - date_part('epoch', clock_timestamp() - statement_timestamp()))),
+           pg_stat_clear_snapshot()
+    OFFSET 0) AS p
+CROSS JOIN LATERAL ({read}) AS r
+"""
+FLOOR_READS = {
+    "sleep, nothing read": "SELECT ''::text AS x WHERE s.n > 0",
+    "sleep + per-backend functions": (
+        "SELECT string_agg(concat(pg_stat_get_backend_pid(i.id), ',', "
+        "pg_stat_get_backend_wait_event_type(i.id), ',', pg_stat_get_backend_wait_event(i.id)), "
+        "';') AS x FROM (SELECT pg_stat_get_backend_idset() AS id WHERE s.n > 0) AS i"
+    ),
+    "sleep + pg_stat_get_activity": (
+        "SELECT string_agg(concat(g.pid, ',', g.wait_event_type, ',', g.wait_event), ';') AS x "
+        "FROM pg_stat_get_activity(CASE WHEN s.n > 0 THEN NULL::int END) AS g"
+    ),
+}
+
+
+def floor(args: argparse.Namespace) -> dict[str, Any]:
+    """Server CPU per sample of each part, and of pgscope's whole statement, interleaved
+    under select-only load (4 clients); pg_wait_sampling's collector per 10-ms period."""
+    import threading
+
+    import psycopg
+
+    from pgscope.collect.activity import BATCH_SQL
+
+    rate, clients = 100, 2 * usable_cores()
+    samples = args.seconds * rate
+    statements = {name: FLOOR_SQL.format(read=read) for name, read in FLOOR_READS.items()}
+    statements["pgscope's statement (all of it)"] = BATCH_SQL
+    per_sample: dict[str, list[float]] = {name: [] for name in statements}
+    reference: list[float] = []
+    with bench_cluster(PGWS, scale=10) as (pg, cluster):
+        with cluster.connect() as conn:
+            conn.execute("CREATE EXTENSION pg_wait_sampling")
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
+            ).fetchone()
+        assert row is not None, "pg_wait_sampling's collector is not running"
+        collector = int(row[0])
+        pgbench_tps(pg, cluster, ["-b", "select-only"], clients, 3)  # warm the cache
+        with psycopg.connect(cluster.conn.conninfo(), autocommit=True) as session:
+            pid = session.info.backend_pid
+            params = {
+                "n": samples,
+                "interval": 1 / rate,
+                "known": [],
+                "databases": [],
+                "roles": [],
+            }
+            for _ in range(args.repeats):
+                for name, sql in statements.items():
+                    load = threading.Thread(
+                        target=pgbench_tps,
+                        args=(pg, cluster, ["-b", "select-only"], clients, args.seconds + 2),
+                    )
+                    load.start()
+                    time.sleep(1)
+                    before, ref_before, began = backend_ns(pid), backend_ns(collector), now_us()
+                    session.cursor(binary=True).execute(sql, params).fetchall()
+                    spent, ref_spent = backend_ns(pid) - before, backend_ns(collector) - ref_before
+                    periods = (now_us() - began) / 1e6 * rate
+                    load.join()
+                    per_sample[name].append(spent / samples / 1000)
+                    reference.append(ref_spent / periods / 1000)
+    out: dict[str, Any] = {"rate_hz": rate, "clients": clients, "seconds": args.seconds}
+    out["server_us_per_sample"] = {
+        name: {"median": statistics.median(v), "range": [min(v), max(v)], "trials": v}
+        for name, v in per_sample.items()
+    }
+    out["pg_wait_sampling_us_per_period"] = {
+        "median": statistics.median(reference),
+        "range": [min(reference), max(reference)],
+    }
+    print(f"| part (server CPU per sample, {rate} Hz, under load) | median | range |")
+    print("|---|---|---|")
+    for name, r in out["server_us_per_sample"].items():
+        print(f"| {name} | {r['median']:.0f} us | {r['range'][0]:.0f}-{r['range'][1]:.0f} us |")
+    r = out["pg_wait_sampling_us_per_period"]
+    print(
+        f"| pg_wait_sampling's collector, per 10-ms period | {r['median']:.0f} us | "
+        f"{r['range'][0]:.0f}-{r['range'][1]:.0f} us |"
+    )
+    return out
+
+
 def samples_between(run_dir: Path, start_us: int, end_us: int) -> int:
     return int(_one(run_dir, "count(DISTINCT sample_no)", start_us, end_us))
 
@@ -356,7 +459,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("which", choices=["overhead", "accuracy", "cpu", "pgws-cpu"])
+    parser.add_argument("which", choices=["overhead", "accuracy", "cpu", "pgws-cpu", "floor"])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
@@ -372,6 +475,8 @@ def main() -> None:
         result = cpu_cost(args)
     elif args.which == "pgws-cpu":
         result = pgws_cpu(args)
+    elif args.which == "floor":
+        result = floor(args)
     else:
         result = accuracy(args)
         print(markdown_accuracy(result))
