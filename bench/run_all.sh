@@ -22,6 +22,7 @@ step() {
 if [[ $what == all || $what == collectors ]]; then
   step activity-cpu .venv/bin/python bench/bench_activity.py cpu
   step activity-pgws-cpu .venv/bin/python bench/bench_activity.py pgws-cpu
+  step activity-floor .venv/bin/python bench/bench_activity.py floor --repeats 5 --seconds 6
   step perf .venv/bin/python bench/bench_perf.py --pairs 5 --seconds 15 --profile-seconds 60
   step usdt .venv/bin/python bench/bench_usdt.py --pairs 5 --seconds 10 --scale 10 --bystander --hold
   step trap-cost .venv/bin/python bench/bench_trap_cost.py --pairs 7 --seconds 10
