@@ -194,6 +194,18 @@ def backend_ns(pid: int) -> int:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
+def pgws_collector(cluster: Any) -> int:
+    """pg_wait_sampling's extension created on a cluster that preloads it (PGWS); its
+    collector process's pid."""
+    with cluster.connect() as conn:
+        conn.execute("CREATE EXTENSION pg_wait_sampling")
+        row = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
+        ).fetchone()
+    assert row is not None, "pg_wait_sampling's collector is not running"
+    return int(row[0])
+
+
 def pgws_cpu(args: argparse.Namespace) -> dict[str, Any]:
     """The reference: pg_wait_sampling's collector process's own CPU at its 10-ms period
     (100 Hz), idle and under the cpu benchmark's load, alternating."""
@@ -202,13 +214,7 @@ def pgws_cpu(args: argparse.Namespace) -> dict[str, Any]:
     clients = 2 * usable_cores()
     out: dict[str, Any] = {"period_ms": 10, "clients": clients, "trials": []}
     with bench_cluster(PGWS, scale=10) as (pg, cluster):
-        with cluster.connect() as conn:
-            conn.execute("CREATE EXTENSION pg_wait_sampling")
-            row = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
-            ).fetchone()
-        assert row is not None, "pg_wait_sampling's collector is not running"
-        pid = int(row[0])
+        pid = pgws_collector(cluster)
         for _ in range(args.repeats):
             for loaded in (False, True):
                 load = threading.Thread(
@@ -282,13 +288,7 @@ def floor(args: argparse.Namespace) -> dict[str, Any]:
     per_sample: dict[str, list[float]] = {name: [] for name in statements}
     reference: list[float] = []
     with bench_cluster(PGWS, scale=10) as (pg, cluster):
-        with cluster.connect() as conn:
-            conn.execute("CREATE EXTENSION pg_wait_sampling")
-            row = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_wait_sampling collector'"
-            ).fetchone()
-        assert row is not None, "pg_wait_sampling's collector is not running"
-        collector = int(row[0])
+        collector = pgws_collector(cluster)
         pgbench_tps(pg, cluster, ["-b", "select-only"], clients, 3)  # warm the cache
         with psycopg.connect(cluster.conn.conninfo(), autocommit=True) as session:
             pid = session.info.backend_pid
