@@ -141,6 +141,12 @@ def _resolve(sheet: FactSheet, name: str) -> Fact | None:
     return sheet.get(name)
 
 
+def _holds(sheet: FactSheet, name: str, op: str, threshold: Any) -> Fact | None:
+    """The fact `name`, when the run measured it and `op threshold` holds on it."""
+    fact = _resolve(sheet, name)
+    return fact if fact is not None and OPS[op](fact.value, float(threshold)) else None
+
+
 _FACT_IN_TEXT = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_:]+)+)\}")
 
 
@@ -157,8 +163,7 @@ def _advice(entries: list[str | dict[str, Any]], sheet: FactSheet) -> list[str]:
         text = entry if isinstance(entry, str) else entry["text"]
         conditions = [] if isinstance(entry, str) else entry.get("unless", [])
         if any(
-            (fact := _resolve(sheet, name)) is not None and OPS[op](fact.value, float(threshold))
-            for name, op, threshold in conditions
+            _holds(sheet, name, op, threshold) is not None for name, op, threshold in conditions
         ):
             continue
         kept.append(_FACT_IN_TEXT.sub(measured, text))
@@ -197,8 +202,7 @@ def evaluate(
         if not OPS[op](fact.value, float(threshold)):
             return None
     for name, op, threshold, *_ in rule.unless:
-        fact = _resolve(sheet, name)
-        if fact is not None and OPS[op](fact.value, float(threshold)):
+        if _holds(sheet, name, op, threshold) is not None:
             return None  # measured, and it rules the finding out
     score = sum(f.value for f in scored if f is not None)
     if score < rule.medium:
@@ -206,8 +210,7 @@ def evaluate(
     level = 2 if score >= rule.high else 1
     weakened = []
     for name, op, threshold, reason in rule.weaken:
-        fact = _resolve(sheet, name)
-        if fact is not None and OPS[op](fact.value, float(threshold)):
+        if (fact := _holds(sheet, name, op, threshold)) is not None:
             weakened.append(f"{reason} ({fact.label}: {fact.shown()})")
             level -= 1
     title = rule.title
