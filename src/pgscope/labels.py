@@ -3,7 +3,9 @@ writes a run's name from them, `runs` lists them, `compare` checks two runs agai
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pgscope.words import human_bytes, plain
 
@@ -25,6 +27,14 @@ def workload_label(workload: str | None, scripts: list[str]) -> str:
         name, weight = split_weight(script)
         parts.append(Path(name).name + (f"@{weight}" if weight != 1 else ""))
     return " + ".join(parts) or "none"
+
+
+def driven_workload(spec: Mapping[str, Any]) -> str | None:
+    """The workload a run's recorded spec drove, labelled; None when pgscope drove no load
+    (`sample`, `observe`: their spec names neither a workload nor scripts)."""
+    if "workload" not in spec and not spec.get("scripts"):
+        return None
+    return workload_label(spec.get("workload"), spec.get("scripts") or [])
 
 
 # pg_settings' units: memory in bytes, time in seconds.

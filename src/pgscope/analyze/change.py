@@ -12,7 +12,7 @@ from typing import Any
 from pgscope.analyze.compare import Comparison, welch_interval
 from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.profile import differential
-from pgscope.labels import setting_label, workload_label
+from pgscope.labels import driven_workload, setting_label
 from pgscope.words import counted
 
 # Settings that differ between any two runs and say nothing about them.
@@ -70,16 +70,15 @@ def run_identity(run: RunAnalysis) -> dict[str, Any]:
     protocol, the target (embedded, or the server's connection string), the server's version
     and the host's CPUs. A value is None where the run does not say (`sample`, `observe`)."""
     spec = run.environment.spec
-    drove = "workload" in spec or bool(spec.get("scripts"))
+    workload = driven_workload(spec)
+    drove = workload is not None
     protocol = spec.get("protocol")
     if protocol and spec.get("connect_per_transaction"):
         protocol = f"{protocol}, a connection per transaction"
     host = run.environment.host
     cpus = host.get("usable_cpus")
     return {
-        "workload": workload_label(spec.get("workload"), spec.get("scripts") or [])
-        if drove
-        else f"none driven (pgscope {run.recipe})",
+        "workload": workload if drove else f"none driven (pgscope {run.recipe})",
         "scale": spec.get("scale") if drove else None,
         "protocol": protocol if drove else None,
         "target": "embedded" if run.target.kind == "embedded" else run.target.conninfo,

@@ -104,7 +104,7 @@ def runs(
 
 def _listed(row: dict[str, Any]) -> dict[str, Any]:
     """A run as `runs` lists it: the store's summary row, with what a reader asks first."""
-    from pgscope.labels import workload_label
+    from pgscope.labels import driven_workload
 
     spec = row.pop("spec", {})
     kind, conninfo = row.pop("target_kind", None), row.pop("target_conninfo", None)
@@ -116,9 +116,7 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
         if started is None
         else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1e6)),
         "target": "embedded" if kind == "embedded" else conninfo or kind or None,
-        "workload": workload_label(spec.get("workload"), spec.get("scripts") or [])
-        if "workload" in spec or spec.get("scripts")
-        else None,  # `sample`, `observe`, ...: pgscope drove no load
+        "workload": driven_workload(spec),
         "scale": spec.get("scale"),
         "clients": row.pop("clients", []),
         "best_tps": None if best is None else round(best, 1),
