@@ -189,6 +189,11 @@ def cost_summary(rows: list[dict[str, Any]], rate: float) -> dict[str, Any]:
     }
 
 
+def spread(values: list[float]) -> dict[str, Any]:
+    """Repeats as a reader takes them: the median and the range."""
+    return {"median": statistics.median(values), "range": [min(values), max(values)]}
+
+
 def backend_ns(pid: int) -> int:
     """A process's CPU time so far, in ns (schedstat: finer than /proc/PID/stat's ticks)."""
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
@@ -237,10 +242,7 @@ def pgws_cpu(args: argparse.Namespace) -> dict[str, Any]:
                 )
     for loaded in (False, True):
         shares = [t["share_of_one_core"] for t in out["trials"] if t["load"] == loaded]
-        out["idle" if not loaded else "load"] = {
-            "median": statistics.median(shares),
-            "range": [min(shares), max(shares)],
-        }
+        out["idle" if not loaded else "load"] = spread(shares)
     return out
 
 
@@ -316,13 +318,9 @@ def floor(args: argparse.Namespace) -> dict[str, Any]:
                     reference.append(ref_spent / periods / 1000)
     out: dict[str, Any] = {"rate_hz": rate, "clients": clients, "seconds": args.seconds}
     out["server_us_per_sample"] = {
-        name: {"median": statistics.median(v), "range": [min(v), max(v)], "trials": v}
-        for name, v in per_sample.items()
+        name: {**spread(v), "trials": v} for name, v in per_sample.items()
     }
-    out["pg_wait_sampling_us_per_period"] = {
-        "median": statistics.median(reference),
-        "range": [min(reference), max(reference)],
-    }
+    out["pg_wait_sampling_us_per_period"] = spread(reference)
     print(f"| part (server CPU per sample, {rate} Hz, under load) | median | range |")
     print("|---|---|---|")
     for name, r in out["server_us_per_sample"].items():
