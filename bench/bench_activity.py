@@ -120,23 +120,29 @@ def cpu_cost(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"clients": clients, "seconds": args.seconds, "rates": {}}
     with tempfile.TemporaryDirectory() as tmp, bench_cluster(scale=10) as (pg, cluster):
         pgbench_tps(pg, cluster, ["-b", "select-only"], clients, 3)  # warm the cache
+        sources = args.sources.split(",")
         for rate in rates:
-            rows = []
+            rows: dict[str, list[dict[str, Any]]] = {source: [] for source in sources}
             for _ in range(args.repeats):
-                rows.append(sampling_cost(pg, cluster, Path(tmp), rate, args.seconds, clients))
-            out["rates"][f"{rate:g}"] = cost_summary(rows, rate)
-            r = out["rates"][f"{rate:g}"]
-            print(
-                f"{rate:g} Hz: {r['ms_per_sample_median']:.3f} ms CPU per sample "
-                f"({r['client_ms_median']:.3f} ours + {r['backend_ms_median']:.3f} server), "
-                f"{100 * r['share_of_one_core']:.2f}% of one core "
-                f"(range {r['ms_per_sample_range'][0]:.3f}-{r['ms_per_sample_range'][1]:.3f} ms)"
-            )
+                for source in sources:  # interleaved
+                    rows[source].append(
+                        sampling_cost(pg, cluster, Path(tmp), rate, args.seconds, clients, source)
+                    )
+            for source in sources:
+                key = f"{rate:g}" if source == "sql" else f"{rate:g} {source}"
+                out["rates"][key] = cost_summary(rows[source], rate)
+                r = out["rates"][key]
+                print(
+                    f"{key} Hz: {r['ms_per_sample_median']:.3f} ms CPU per sample "
+                    f"({r['client_ms_median']:.3f} ours + {r['backend_ms_median']:.3f} server), "
+                    f"{100 * r['share_of_one_core']:.2f}% of one core "
+                    f"(range {r['ms_per_sample_range'][0]:.3f}-{r['ms_per_sample_range'][1]:.3f} ms)"
+                )
     return out
 
 
 def sampling_cost(
-    pg: Any, cluster: Any, tmp: Path, rate: float, seconds: int, clients: int
+    pg: Any, cluster: Any, tmp: Path, rate: float, seconds: int, clients: int, source: str = "sql"
 ) -> dict[str, Any]:
     """One trial: the sampler at `rate` while select-only runs `seconds`."""
     import threading
@@ -151,7 +157,7 @@ def sampling_cost(
         stopped["cpu"] = time.process_time()
         stopped["us"] = now_us()
 
-    with collecting({"activity": {"hz": rate}}, pg, cluster, run_dir, on_stopped):
+    with collecting({"activity": {"hz": rate, "source": source}}, pg, cluster, run_dir, on_stopped):
         load.start()
         time.sleep(1.5)
         with cluster.connect() as conn:
@@ -462,6 +468,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rates", default="10,50,100,500")
+    parser.add_argument("--sources", default="sql", help="cpu: sql,memory (interleaved)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script")
     args = parser.parse_args()
     if args.smoke:

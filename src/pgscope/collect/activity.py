@@ -31,12 +31,13 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
-from pgscope.collect.base import Availability, CollectorContext, CollectorEnv
+from pgscope.collect import shmem
+from pgscope.collect.base import Availability, CollectorContext, CollectorEnv, CollectorError
 from pgscope.collect.polling import PollingCollector
 from pgscope.errors import TargetError
 from pgscope.store import now_us
@@ -179,6 +180,12 @@ class ActivityOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     hz: float = Field(50.0, gt=0, le=1000, description="samples per second")
+    source: Literal["sql", "memory", "auto"] = Field(
+        "sql",
+        description="sql: ask the server (pg_stat_get_activity; any server, pg_monitor); "
+        "memory: read its shared memory (root, server on this host; no server CPU per "
+        "sample: collect/shmem.py); auto: memory where it can, else sql",
+    )
     batch_s: float = Field(1.0, gt=0, le=10, description="seconds of samples per statement")
     flush_s: float = Field(
         10.0,
@@ -236,6 +243,42 @@ class ActivityCollector(PollingCollector):
             return Availability.yes()
         return check_rights(env.conn)
 
+    def opened(self) -> None:
+        super().opened()
+        self.layout = self._memory_layout()
+
+    def _memory_layout(self) -> shmem.Layout | None:
+        """How to read the server's shared memory, when the source says to and it can;
+        None: sample through SQL. Recorded as an event either way, for the report."""
+        source = self.options.source
+        if source == "sql":
+            return None
+        postmaster = self.ctx.postmaster_pid()
+        why = (
+            "the server is not on this host"
+            if postmaster is None
+            else "reading another process's memory needs root"
+            if not self.ctx.env.is_root
+            else ""
+        )
+        layout = None
+        if not why:
+            try:
+                layout = shmem.calibrate(self.session, postmaster or 0)
+                shmem.Reader(layout).close()  # can it be mapped, too
+            except shmem.ShmemError as exc:
+                layout = None
+                why = str(exc)
+        if layout is None and source == "memory":
+            raise CollectorError(f"cannot sample from shared memory: {why}")
+        message = (
+            f"sampling from the server's shared memory (postmaster {layout.postmaster})"
+            if layout is not None
+            else f"sampling through SQL: {why}"
+        )
+        self.store.add_event("activity-source", message)
+        return layout
+
     def prepare(self, ctx: CollectorContext) -> None:
         ctx.store.ensure_schema(SCHEMA)
         self.reconnect_s = self.options.reconnect_s
@@ -277,12 +320,32 @@ class ActivityCollector(PollingCollector):
             self.names[(kind, int(oid))] = name
 
     def run_loop(self) -> None:
+        if self.layout is not None:
+            self._sample_memory(self.layout)
+            return
         try:
             self._sample_until_stopped()
         finally:
-            for second in sorted(self.open_seconds):
-                self._close_second(second, self.open_seconds.pop(second))
+            self._close_seconds()
             self._flush()
+
+    def _close_seconds(self) -> None:
+        for second in sorted(self.open_seconds):
+            self._close_second(second, self.open_seconds.pop(second))
+
+    def _sample_memory(self, layout: shmem.Layout) -> None:
+        from pgscope.collect.activitymem import MemorySampler
+
+        sampler = MemorySampler(self, layout)
+        try:
+            sampler.run()
+        except shmem.ShmemError as exc:
+            self.error = f"{exc} after {self.samples} samples"
+        finally:
+            self._close_seconds()
+            sampler.flush()
+            sampler.rename()
+            sampler.reader.close()
 
     def _sample_until_stopped(self) -> None:
         cursor = self.session.cursor(binary=True)

@@ -1,0 +1,383 @@
+"""Every process's wait event and state read straight from a local server's shared memory.
+
+Why: an SQL sampler wakes a backend for every sample, and that wake-up alone costs the server
+more than pg_wait_sampling's whole collector (docs/benchmarks.md, "Where a sample's server CPU
+goes"). Reading the two arrays `pg_stat_get_activity` itself reads, the PGPROC array (each
+process's `wait_event_info`) and the backend status array (its state and query_id), costs the
+server nothing: the main segment, mapped read-only into this process, is read in place (it is
+mapped at the same address in every server process; calibration reads the postmaster's copy
+with process_vm_readv).
+
+How the layout is found, without debug symbols, on any version: `pg_shmem_allocations` gives
+where the "Proc Header" (whose first field points at the PGPROC array, and whose fifth is its
+length) and the "Backend Status Array" live in the main segment, which starts with
+PostgreSQL's shared-memory magic number. Within them, the stride and the pid field come from
+where the pids `pg_stat_activity` lists sit (each array holds one slot per process); the wait
+field from our own session, idle (Client:ClientRead, 0x06000000) then in pg_sleep (class
+Timeout, 0x09); the state field and its values from the same two moments; the query_id field
+from the id our own statement reports. Anything that does not come out unique fails the
+calibration, and the caller falls back to SQL.
+
+Needs root (or CAP_SYS_PTRACE) and the server on this host; `pg_monitor` for the SQL side.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import mmap
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+SHMEM_MAGIC = 679834894  # PGShmemMagic, at the start of the main segment
+CLIENT_READ = 0x06000000  # PG_WAIT_CLIENT | WAIT_EVENT_CLIENT_READ, every version
+TIMEOUT_CLASS = 0x09
+MAX_STRIDE = 4096  # above any PGPROC or PgBackendStatus (~0.9 kB and ~0.4 kB)
+
+# The wait class is the top byte of wait_event_info (utils/wait_event.h), unchanged since 9.6.
+WAIT_CLASSES = {
+    0x01: "LWLock",
+    0x03: "Lock",
+    0x04: "BufferPin",
+    0x05: "Activity",
+    0x06: "Client",
+    0x07: "Extension",
+    0x08: "IPC",
+    0x09: "Timeout",
+    0x0A: "IO",
+    0x0B: "InjectionPoint",
+}
+# A Lock wait's low byte is its lock tag type (storage/lock.h, LockTagType; stable order).
+LOCK_TAGS = (
+    "relation",
+    "extend",
+    "frozenid",
+    "page",
+    "tuple",
+    "transactionid",
+    "virtualxid",
+    "spectoken",
+    "object",
+    "userlock",
+    "advisory",
+    "applytransaction",
+)
+# pg_stat_activity's states, in BackendState's order after the first one found (PG 18 puts
+# "starting" before "idle"; calibration finds where "idle" is).
+STATES_FROM_IDLE = (
+    "idle",
+    "active",
+    "idle in transaction",
+    "fastpath function call",
+    "idle in transaction (aborted)",
+    "disabled",
+)
+
+ALLOCATIONS_SQL = (
+    "SELECT name, off, size FROM pg_shmem_allocations "
+    "WHERE name IN ('Proc Header', 'Backend Status Array')"
+)
+PIDS_SQL = "SELECT pid, backend_type FROM pg_stat_activity"
+# Our own statement in a known wait and state, reporting its own query_id.
+PROBE_S = 0.5
+PROBE_SQL = "SELECT query_id, pg_sleep(%s) FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+
+
+class ShmemError(Exception):
+    """The server's shared memory cannot be read or understood here; sample through SQL."""
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_readv = _libc.process_vm_readv
+_readv.argtypes = [
+    ctypes.c_int,
+    ctypes.POINTER(_Iovec),
+    ctypes.c_ulong,
+    ctypes.POINTER(_Iovec),
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+]
+_readv.restype = ctypes.c_ssize_t
+
+
+def read_memory(pid: int, address: int, size: int) -> bytes:
+    buffer = ctypes.create_string_buffer(size)
+    local = _Iovec(ctypes.cast(buffer, ctypes.c_void_p), size)
+    remote = _Iovec(address, size)
+    got = _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if got != size:
+        error = ctypes.get_errno()
+        raise ShmemError(
+            f"cannot read {size} bytes of process {pid}'s memory: {os.strerror(error)}"
+            + (" (needs root)" if error == 1 else "")
+        )
+    return buffer.raw
+
+
+@dataclass(frozen=True)
+class Array:
+    """One array of per-process slots in shared memory."""
+
+    address: int
+    count: int
+    stride: int
+    pid_offset: int
+
+    @property
+    def size(self) -> int:
+        return self.count * self.stride
+
+
+@dataclass(frozen=True)
+class Layout:
+    postmaster: int
+    segment: int  # where the main segment starts
+    procs: Array
+    wait_offset: int  # PGPROC.wait_event_info
+    statuses: Array
+    state_offset: int  # PgBackendStatus.st_state
+    state_names: dict[int, str]
+    type_offset: int  # PgBackendStatus.st_backendType
+    client_type: int  # its value for a client backend
+    query_id_offset: int | None  # PgBackendStatus.st_query_id (None: query ids are off)
+
+
+def _segment(postmaster: int) -> int:
+    """Where the main shared-memory segment starts in the postmaster: the shared mapping that
+    begins with the magic number."""
+    try:
+        lines = Path(f"/proc/{postmaster}/maps").read_text().splitlines()
+    except OSError as exc:
+        raise ShmemError(f"cannot read /proc/{postmaster}/maps: {exc.strerror}") from None
+    for line in lines:
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if "s" not in fields[1] or end - start < 1 << 20:
+            continue
+        with_magic = read_memory(postmaster, start, 4)
+        if struct.unpack("i", with_magic)[0] == SHMEM_MAGIC:
+            return start
+    raise ShmemError(f"no PostgreSQL shared-memory segment in process {postmaster}")
+
+
+def _slots(region: bytes, pids: list[int], own: int, count: int | None) -> tuple[int, int]:
+    """(stride, pid offset) of an array of per-process slots: the first place each pid is
+    found, whose distances are whole multiples of the stride."""
+    words = memoryview(region).cast("i")
+    first: dict[int, int] = {}
+    wanted = set(pids)
+    for index, value in enumerate(words):
+        if value in wanted and value not in first:
+            first[value] = index * 4
+            if len(first) == len(wanted):
+                break
+    if own not in first or len(first) < 3:
+        raise ShmemError("the server's processes were not found in its shared memory")
+    stride = 0
+    for place in first.values():
+        stride = math.gcd(stride, place - first[own])
+    offset = first[own] % stride if stride else 0
+    if stride % 8 or not 64 <= stride <= MAX_STRIDE:
+        raise ShmemError(f"no consistent slot size in shared memory (found {stride} bytes)")
+    if count is not None and max(first.values()) >= count * stride:
+        raise ShmemError("a process was found beyond the end of its array")
+    return stride, offset
+
+
+def _field(slot_a: bytes, slot_b: bytes, fits: Any, width: int = 4) -> list[int]:
+    """Offsets in a slot whose value in two readings satisfies `fits(a, b)`."""
+    a = memoryview(slot_a).cast("I" if width == 4 else "Q")
+    b = memoryview(slot_b).cast("I" if width == 4 else "Q")
+    return [i * width for i in range(len(a)) if fits(a[i], b[i])]
+
+
+def calibrate(session: psycopg.Connection[Any], postmaster: int) -> Layout:
+    """The layout of `postmaster`'s arrays, learnt with `session` (idle, autocommit, ours:
+    it is put through a pg_sleep of PROBE_S)."""
+    start = _segment(postmaster)
+    where = {name: (int(off), int(size)) for name, off, size in session.execute(ALLOCATIONS_SQL)}
+    if len(where) != 2:
+        raise ShmemError("pg_shmem_allocations does not list the proc and status arrays")
+    header = read_memory(postmaster, start + where["Proc Header"][0], 40)
+    procs_address = struct.unpack_from("Q", header)[0]
+    proc_count = struct.unpack_from("I", header, 32)[0]
+    if not 1 <= proc_count <= 1 << 18:
+        raise ShmemError(f"the proc header gives {proc_count} processes")
+    status_address = start + where["Backend Status Array"][0]
+    status_size = where["Backend Status Array"][1]
+    own = session.info.backend_pid
+    listed = session.execute(PIDS_SQL).fetchall()
+    pids = [int(pid) for pid, _ in listed if pid]
+
+    procs_region = read_memory(postmaster, procs_address, proc_count * MAX_STRIDE)
+    proc_stride, proc_pid = _slots(procs_region, pids, own, proc_count)
+    procs = Array(procs_address, proc_count, proc_stride, proc_pid)
+    status_region = read_memory(postmaster, status_address, status_size)
+    status_stride, status_pid = _slots(status_region, pids, own, None)
+    if status_size % status_stride:
+        raise ShmemError("the status array is not a whole number of slots")
+    statuses = Array(status_address, status_size // status_stride, status_stride, status_pid)
+
+    idle_proc, idle_status = _own_slots(postmaster, procs, statuses, own)
+    probe = _Probe(session)
+    waits: list[int] = []
+    states: list[int] = []
+    try:
+        deadline = time.monotonic() + PROBE_S * 0.8
+        while time.monotonic() < deadline and (len(waits) != 1 or len(states) != 1):
+            time.sleep(0.02)  # until our session is seen in its pg_sleep
+            busy_proc, busy_status = _own_slots(postmaster, procs, statuses, own)
+            waits = _field(
+                idle_proc, busy_proc, lambda a, b: a == CLIENT_READ and b >> 24 == TIMEOUT_CLASS
+            )
+            states = _field(idle_status, busy_status, lambda a, b: 1 <= a <= 3 and b == a + 1)
+    finally:
+        query_id = probe.result()
+    if len(waits) != 1 or len(states) != 1:
+        raise ShmemError(
+            f"could not tell the wait and state fields apart ({len(waits)} and {len(states)} "
+            f"candidates)"
+        )
+    idle = struct.unpack_from("i", idle_status, states[0])[0]
+    type_offset = status_pid + 4  # st_backendType follows st_procpid in every version
+    client_type = struct.unpack_from("i", idle_status, type_offset)[0]
+    query_ids = (
+        _field(busy_status, busy_status, lambda a, _b: a == query_id % (1 << 64), width=8)
+        if query_id
+        else []
+    )
+    return Layout(
+        postmaster=postmaster,
+        segment=start,
+        procs=procs,
+        wait_offset=waits[0],
+        statuses=statuses,
+        state_offset=states[0],
+        state_names={idle + i: name for i, name in enumerate(STATES_FROM_IDLE)},
+        type_offset=type_offset,
+        client_type=client_type,
+        query_id_offset=query_ids[0] if len(query_ids) == 1 else None,
+    )
+
+
+def _own_slots(postmaster: int, procs: Array, statuses: Array, own: int) -> tuple[bytes, bytes]:
+    """Our session's PGPROC and status slot, as they are now."""
+    found = []
+    for array in (procs, statuses):
+        region = read_memory(postmaster, array.address, array.size)
+        words = memoryview(region).cast("i")[array.pid_offset // 4 :: array.stride // 4]
+        index = list(words).index(own) if own in words else -1
+        if index < 0:
+            raise ShmemError("our own session is missing from the server's shared memory")
+        found.append(region[index * array.stride : (index + 1) * array.stride])
+    return found[0], found[1]
+
+
+class _Probe:
+    """Our session in pg_sleep for PROBE_S, in another thread, reporting its query_id."""
+
+    def __init__(self, session: psycopg.Connection[Any]) -> None:
+        self.row: tuple[Any, ...] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(session,), daemon=True)
+        self.thread.start()
+
+    def _run(self, session: psycopg.Connection[Any]) -> None:
+        try:
+            self.row = session.execute(PROBE_SQL, (PROBE_S,)).fetchone()
+        except BaseException as exc:  # reported by result()
+            self.error = exc
+
+    def result(self) -> int | None:
+        self.thread.join(timeout=5)
+        if self.error is not None:
+            raise ShmemError(f"calibration query failed: {self.error}")
+        return int(self.row[0]) if self.row and self.row[0] is not None else None
+
+
+def wait_name(raw: int) -> tuple[str | None, str | None]:
+    """What a wait_event_info says when the server has not named it for us: its class, and
+    for heavyweight locks the lock tag; other events by number."""
+    if raw == 0:
+        return None, None
+    kind = WAIT_CLASSES.get(raw >> 24, f"class {raw >> 24}")
+    low = raw & 0xFFFF
+    if raw >> 24 == 0x03 and low < len(LOCK_TAGS):
+        return kind, LOCK_TAGS[low]
+    return kind, f"#{low}"
+
+
+class Reader:
+    """The server's main segment mapped read-only into this process (through
+    /proc/PID/map_files, root only): a field of every slot is one strided read, no system
+    call and no copy. Measured: a copy of both arrays per sample (process_vm_readv) cost
+    ~100 us after a 10-ms sleep, cache-cold; these reads touch only the fields' cache lines."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        start, end = _mapping(layout.postmaster, layout.segment)
+        try:
+            fd = os.open(f"/proc/{layout.postmaster}/map_files/{start:x}-{end:x}", os.O_RDONLY)
+        except OSError as exc:
+            raise ShmemError(f"cannot map the server's shared memory: {exc.strerror}") from None
+        try:
+            self.mapping = mmap.mmap(fd, end - start, mmap.MAP_SHARED, mmap.PROT_READ)
+        except OSError as exc:
+            raise ShmemError(f"cannot map the server's shared memory: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+        whole = memoryview(self.mapping)
+        self.views: list[dict[str, memoryview]] = []
+        for array in (layout.procs, layout.statuses):
+            region = whole[array.address - start : array.address - start + array.size]
+            self.views.append({code: region.cast(code) for code in ("i", "I", "q")})
+
+    def fields(self) -> list[memoryview]:
+        """What a sample reads, each field of every slot as one strided view: PGPROC's pid
+        and wait_event_info; the status slot's pid, state, backend type (and query_id)."""
+        layout = self.layout
+        wanted = [
+            (0, layout.procs.pid_offset, "i"),
+            (0, layout.wait_offset, "I"),
+            (1, layout.statuses.pid_offset, "i"),
+            (1, layout.state_offset, "i"),
+            (1, layout.type_offset, "i"),
+        ]
+        if layout.query_id_offset is not None:
+            wanted.append((1, layout.query_id_offset, "q"))
+        return [self._strided(which, offset, code) for which, offset, code in wanted]
+
+    def _strided(self, which: int, offset: int, code: str) -> memoryview:
+        array = self.layout.procs if which == 0 else self.layout.statuses
+        size = 8 if code == "q" else 4
+        return self.views[which][code][offset // size :: array.stride // size]
+
+    def column(self, which: int, offset: int, code: str = "i") -> list[int]:
+        """Field `offset` of every slot of the proc (0) or status (1) array, as it is now."""
+        return self._strided(which, offset, code).tolist()
+
+    def close(self) -> None:
+        for views in self.views:
+            for view in views.values():
+                view.release()
+        self.views = []
+        self.mapping.close()
+
+
+def _mapping(postmaster: int, start: int) -> tuple[int, int]:
+    for line in Path(f"/proc/{postmaster}/maps").read_text().splitlines():
+        low, high = (int(x, 16) for x in line.split()[0].split("-"))
+        if low == start:
+            return low, high
+    raise ShmemError(f"the server's shared memory is no longer mapped in process {postmaster}")
