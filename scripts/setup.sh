@@ -13,6 +13,8 @@ packages=(
   bpftrace                                # USDT and off-CPU tracing
   linux-perf                              # CPU profiles
   python3-venv                            # a private venv for uv
+  gcc                                     # builds the shared-memory wait sampler (collect/native)
+  libc6-dev                               # its C headers
   chromium                                # tests render the HTML flame graphs headless (playwright drives it)
 )
 

@@ -116,7 +116,7 @@ def collect(
             conn=conn or ConnParams(),
             store=store,
             run_dir=run_dir,
-            postmaster_pid=lambda: local.pid if local is not None else None,
+            postmaster_pid=lambda: local.current_pid() if local is not None else None,
             data_dir=local.data_dir if local is not None else None,
             server_version_num=version_num,
             say=say,

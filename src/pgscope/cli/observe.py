@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 from pathlib import Path
@@ -22,6 +23,14 @@ from pgscope.cli.options import (
 
 if TYPE_CHECKING:
     from pgscope.session import SessionTarget
+
+
+class Sampler(enum.StrEnum):
+    """The activity collector's sources (collect/activity.py `source`)."""
+
+    auto = "auto"
+    sql = "sql"
+    memory = "memory"
 
 
 @app.command()
@@ -52,6 +61,18 @@ def observe(
         ),
     ] = 10.0,
     hz: Annotated[float, typer.Option(help="Wait samples per second.", min=0.1, max=1000)] = 50.0,
+    sampler: Annotated[
+        Sampler,
+        typer.Option(
+            help="Where wait samples come from. sql: the server reads its status array "
+            "for each sample (any server, pg_monitor; ~0.13 ms of CPU per sample). memory: a "
+            "compiled reader of its shared memory (root, server on this host, a C compiler; "
+            "~0.04 ms per sample, none of it the server's; some short waits are named late or "
+            "not at all). auto: memory where it can, else sql. The report's events say which "
+            "ran (docs/collectors.md).",
+            case_sensitive=False,
+        ),
+    ] = Sampler.sql,
     trace: Annotated[
         bool,
         typer.Option(
@@ -127,6 +148,7 @@ def observe(
         err.print(f"· {message}", highlight=False)
 
     selection = _selection(target, hz, trace, profile)
+    selection["activity"]["source"] = sampler.value
     if live:  # the view reads the store each second
         selection["activity"]["flush_s"] = LIVE_FLUSH_S
     from pgscope.collect.base import CollectorEnv

@@ -253,30 +253,34 @@ class ActivityCollector(PollingCollector):
         source = self.options.source
         if source == "sql":
             return None
-        postmaster = self.ctx.postmaster_pid()
-        why = (
-            "the server is not on this host"
-            if postmaster is None
-            else "reading another process's memory needs root"
-            if not self.ctx.env.is_root
-            else ""
-        )
         layout = None
-        if not why:
-            try:
-                layout = shmem.calibrate(self.session, postmaster or 0)
-                shmem.Reader(layout).close()  # can it be mapped, too
-            except shmem.ShmemError as exc:
-                layout = None
-                why = str(exc)
-        if layout is None and source == "memory":
-            raise CollectorError(f"cannot sample from shared memory: {why}")
+        try:
+            layout = self._calibrate()
+        except shmem.ShmemError as exc:
+            if source == "memory":
+                raise CollectorError(f"cannot sample from shared memory: {exc}") from None
+            why = str(exc)
         message = (
             f"sampling from the server's shared memory (postmaster {layout.postmaster})"
             if layout is not None
             else f"sampling through SQL: {why}"
         )
         self.store.add_event("activity-source", message)
+        return layout
+
+    def _calibrate(self) -> shmem.Layout:
+        """The layout of the server's arrays, checked to be readable here, and the sampler
+        built: ShmemError says why not."""
+        from pgscope.collect.activitymem import helper_binary
+
+        postmaster = self.ctx.postmaster_pid()
+        if postmaster is None:
+            raise shmem.ShmemError("the server is not on this host")
+        if not self.ctx.env.is_root:
+            raise shmem.ShmemError("reading another process's memory needs root")
+        layout = shmem.calibrate(self.session, postmaster)
+        shmem.Reader(layout).close()  # can it be mapped, too
+        helper_binary()
         return layout
 
     def prepare(self, ctx: CollectorContext) -> None:
@@ -336,16 +340,23 @@ class ActivityCollector(PollingCollector):
     def _sample_memory(self, layout: shmem.Layout) -> None:
         from pgscope.collect.activitymem import MemorySampler
 
-        sampler = MemorySampler(self, layout)
+        sampler = MemorySampler(self, layout, self._calibrate)
         try:
             sampler.run()
         except shmem.ShmemError as exc:
             self.error = f"{exc} after {self.samples} samples"
         finally:
-            self._close_seconds()
+            sampler.close_seconds()
             sampler.flush()
             sampler.rename()
-            sampler.reader.close()
+            sampler.close()
+            if self.samples:
+                self.store.add_event(
+                    "activity-cost",
+                    f"the shared-memory sampler used {sampler.helper_cpu_ns / 1e6:.0f} ms of "
+                    f"CPU for {self.samples} samples "
+                    f"({sampler.helper_cpu_ns / 1e3 / self.samples:.1f} us each)",
+                )
 
     def _sample_until_stopped(self) -> None:
         cursor = self.session.cursor(binary=True)

@@ -1,26 +1,37 @@
 """The activity sampler's loop when it reads the server's shared memory (collect/shmem.py)
 instead of asking it: same tables, same rows, no work for the server per sample.
 
-Each sample copies the PGPROC and status arrays in one system call and keeps, per process
-slot in use, its pid, wait_event_info, state, backend type and query_id as numbers. Once a
-second (`META_SQL`, one statement) the server names what numbers cannot say: each process's
-backend type, database, user and application, and the texts of new query ids; and, from
-the processes whose wait did not change across that statement, which wait event each
-wait_event_info is (a wait the server has not yet named is written as its class and number,
-renamed at the end). The numbers become rows in DuckDB when written (every `flush_s`).
+Each sample is taken by a small compiled program (collect/native/shmem_sampler.c, built on
+first use with the host's C compiler): it wakes on schedule, reads, per process slot in use,
+its pid, wait_event_info, state, backend type and query_id from the mapped segment, and
+writes a second of samples at a time down a pipe as columns of numbers. After a second that
+held something new, or every META_MAX_S (`META_SQL`, one statement), the server names what
+numbers cannot say: each process's backend type, database, user and application, and the
+texts of new query ids; and, from what each process was waiting on around that statement,
+which wait event each wait_event_info is (a wait the server has not yet named is written as
+its class and number, renamed at the end). The numbers become rows in DuckDB when written
+(every `flush_s`).
 
 What it costs (docs/benchmarks.md, "A sampler that reads shared memory"): no server CPU per
-sample; ours is a wake-up, one copy of both arrays (~0.1 ms per MB) and a few list
-operations per sample, and the 1-Hz statement. It needs root and the server on this host.
+sample; ~15 us of the helper's per sample (a wake-up and the reads), a second's decoding and
+the 1-Hz statement on our side. It needs root and the server on this host. When the server
+restarts, the layout is found again (the old segment stays mapped, frozen: it is never read
+after its postmaster is gone).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
 import time
-from array import array
 from collections import Counter
-from itertools import compress, repeat
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import psycopg
@@ -29,47 +40,64 @@ from pgscope.collect import shmem
 from pgscope.store import now_us
 
 if TYPE_CHECKING:
-    from pgscope.collect.activity import ActivityCollector
+    import threading
 
-META_S = 1.0
+    from pgscope.collect.base import CollectorContext
+    from pgscope.store import RunStore
+
+
+class Host(Protocol):
+    """What the loop uses of the activity collector that runs it (collect/activity.py):
+    its session, store, counters and rate rows, which both sources share."""
+
+    ctx: CollectorContext
+    store: RunStore
+    session: psycopg.Connection[Any]
+    stop_event: threading.Event
+    error: str | None
+    options: Any
+    samples: int
+    target_hz: float
+    known_queries: set[int]
+    pending_rate: list[tuple[Any, ...]]
+    last_flush: float
+    own_pid: int
+    application_name: str
+    reconnect_s: float
+
+    def reconnect(self, exc: Exception, done: str) -> bool: ...
+
+    def _record_blockers(self) -> None: ...
+
+    def _flush(self) -> None: ...
+
+
+SOURCE = Path(__file__).parent / "native" / "shmem_sampler.c"
+HELPER = "pgscope-shmem-sampler"
+MAGIC = 0x53534750
+META_MAX_S = 10.0
 LOCK_CLASS = 0x03  # a heavyweight-lock wait: its blockers are worth reading
+IDLE_CLASSES = (0x05, 0x07)  # Activity, Extension: a background process's main-loop waits
 META_SQL = """
 SELECT pid, backend_type, datname, usename, application_name, wait_event_type, wait_event,
        query_id, CASE WHEN query_id <> ALL(%(known)s::bigint[]) THEN query END
 FROM pg_stat_activity
 """
-# The samples taken in (three registered tables of numbers: per sample, per process slot,
-# per status slot) turned into activity_samples' rows: named through the lists given (per
-# pid, per wait number, per state and backend type number), with the same processes left out
-# as the SQL sampler leaves out (activity.py BATCH_SQL), and a row of the sampler's own for
-# an empty sample.
+# The samples taken in, as one registered table of numbers (a row per process kept, per
+# sample), named through the lists given: each code is a 1-based position in its list, 0 for
+# none (DuckDB reads a list at 0 as NULL). Joining three tables in SQL instead cost twice as
+# much CPU per write.
 WRITE_SQL = """
 INSERT INTO activity_samples
-WITH named AS (
-    SELECT s.ts_us, p.sample_no, p.pid, coalesce(m.backend_type, types.name) AS backend_type,
-           states.name AS state, waits.wtype, waits.wevent, nullif(b.qid, 0) AS query_id,
-           m.datname, m.usename, m.app
-    FROM _mem_procs p JOIN _mem_samples s USING (sample_no)
-    LEFT JOIN _mem_statuses b USING (sample_no, pid)
-    LEFT JOIN (SELECT unnest($m_pid) AS pid, unnest($m_type) AS backend_type,
-                      unnest($m_db) AS datname, unnest($m_user) AS usename,
-                      unnest($m_app) AS app) m USING (pid)
-    LEFT JOIN (SELECT unnest($w_raw) AS raw, unnest($w_type) AS wtype,
-                      unnest($w_event) AS wevent) waits USING (raw)
-    LEFT JOIN (SELECT unnest($st_value) AS value, unnest($st_name) AS name) states
-           ON states.value = b.state
-    LEFT JOIN (SELECT unnest($bt_value) AS value, unnest($bt_name) AS name) types
-           ON types.value = b.btype
-    WHERE p.pid <> $own AND coalesce(m.app, '') NOT LIKE 'pgscope%'),
-kept AS (
-    SELECT * FROM named
-    WHERE backend_type = 'client backend' OR wtype IS NULL
-          OR wtype NOT IN ('Activity', 'Extension'))
-SELECT * FROM kept
-UNION ALL
-SELECT ts_us, sample_no, $own, 'client backend', 'active', NULL, NULL, NULL, NULL, NULL,
-       $application
-FROM _mem_samples WHERE sample_no NOT IN (SELECT sample_no FROM kept)
+SELECT ts_us, sample_no, pid, coalesce($m_type[m], $bt_name[bt]), $st_name[st], $w_type[w],
+       $w_event[w], nullif(query_id, 0), $m_db[m], $m_user[m], $m_app[m]
+FROM _mem_rows
+"""
+# A sample with no process kept: one row of the sampler's own, as the SQL sampler writes.
+EMPTY_SQL = """
+INSERT INTO activity_samples
+SELECT unnest($ts_us), unnest($sample_no), $own, 'client backend', 'active', NULL, NULL, NULL,
+       NULL, NULL, $application
 """
 RENAME_SQL = """
 UPDATE activity_samples SET wait_event = n.event
@@ -78,105 +106,297 @@ WHERE wait_event_type = n.kind AND wait_event = n.number
 """
 
 
-class MemorySampler:
-    """Samples `collector`'s server through `layout` until the collector is stopped."""
+def helper_binary(cache: Path | None = None) -> Path:
+    """The compiled sampler, built from SOURCE on first use (and again when SOURCE changes):
+    ShmemError when there is no C compiler."""
+    code = SOURCE.read_bytes()
+    folder = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pgscope"
+    binary = folder / f"{HELPER}-{hashlib.sha256(code).hexdigest()[:12]}"
+    if binary.is_file():
+        return binary
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise shmem.ShmemError("no C compiler to build the sampler; fix: apt-get install gcc")
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_name(f"{binary.name}.{os.getpid()}")
+    built = subprocess.run(
+        [compiler, "-O2", "-o", str(partial), str(SOURCE)], capture_output=True, text=True
+    )
+    if built.returncode != 0:
+        raise shmem.ShmemError(f"building the sampler failed: {built.stderr.strip()[:300]}")
+    partial.replace(binary)
+    return binary
 
-    def __init__(self, collector: ActivityCollector, layout: shmem.Layout) -> None:
+
+@dataclass
+class Batch:
+    """One write of the helper: its samples as columns of numbers, a row per process per
+    sample (state and backend type -1: it had no status slot)."""
+
+    cpu_ns: int
+    tick_us: np.ndarray
+    late_us: np.ndarray
+    read_ns: np.ndarray
+    tick: np.ndarray
+    pid: np.ndarray
+    wait: np.ndarray
+    state: np.ndarray
+    btype: np.ndarray
+    query_id: np.ndarray
+
+
+def read_batch(pipe: IO[bytes]) -> Batch | None:
+    """The next batch from the helper's output; None at its end."""
+    head = pipe.read(24)
+    if len(head) < 24:
+        return None
+    magic, ticks, rows, _ = np.frombuffer(head[:16], dtype=np.uint32).tolist()
+    if magic != MAGIC:
+        raise shmem.ShmemError("the sampler's output is out of step")
+    layout = [("q", ticks), ("i", ticks), ("i", ticks)]
+    layout += [("i", rows), ("i", rows), ("I", rows), ("i", rows), ("i", rows), ("q", rows)]
+    size = sum(np.dtype(code).itemsize * n for code, n in layout)
+    body = pipe.read(size)
+    if len(body) < size:
+        return None
+    arrays, at = [], 0
+    for code, n in layout:
+        arrays.append(np.frombuffer(body, dtype=np.dtype(code), count=n, offset=at))
+        at += np.dtype(code).itemsize * n
+    return Batch(int(np.frombuffer(head[16:], dtype=np.int64)[0]), *arrays)
+
+
+def _codes(known: list[int], values: np.ndarray) -> np.ndarray:
+    """Each value's 1-based position in `known` (sorted), 0 where it is not there."""
+    if not known:
+        return np.zeros(len(values), dtype=np.int32)
+    ordered = np.array(known, dtype=np.int64)
+    at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    return np.where(ordered[at] == values, at + 1, 0).astype(np.int32)
+
+
+class Helper:
+    """The compiled sampler running on `layout`'s segment at `hz`, a second per batch."""
+
+    def __init__(self, layout: shmem.Layout, hz: float) -> None:
+        start, end = shmem._mapping(layout.postmaster, layout.segment)
+        path = f"/proc/{layout.postmaster}/map_files/{start:x}-{end:x}"
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise shmem.ShmemError(
+                f"cannot map the server's shared memory: {exc.strerror}"
+            ) from None
+        procs, statuses = layout.procs, layout.statuses
+        argv = [
+            str(helper_binary()),
+            *map(
+                str,
+                (
+                    fd,
+                    end - start,
+                    max(1, round(hz)),
+                    max(1, round(hz)),  # a second per batch
+                    procs.address - start,
+                    procs.count,
+                    procs.stride,
+                    procs.pid_offset,
+                    layout.wait_offset,
+                    statuses.address - start,
+                    statuses.count,
+                    statuses.stride,
+                    statuses.pid_offset,
+                    layout.state_offset,
+                    layout.type_offset,
+                    -1 if layout.query_id_offset is None else layout.query_id_offset,
+                ),
+            ),
+        ]
+        try:
+            self.process = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(fd,)
+            )
+        finally:
+            os.close(fd)
+        self.cpu_ns = 0
+
+    def batches(self, stopping: Callable[[], bool]) -> Any:
+        """Each batch as it comes, until `stopping()` (then what the helper still holds)."""
+        assert self.process.stdout is not None
+        while True:
+            if stopping():
+                self.stop()
+            batch = read_batch(self.process.stdout)
+            if batch is None:
+                break
+            self.cpu_ns = batch.cpu_ns
+            yield batch
+        code = self.process.wait(timeout=5)
+        error = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+        self.process.stdout.close()
+        if self.process.stderr:
+            self.process.stderr.close()
+        if code not in (0, -signal.SIGTERM):
+            raise shmem.ShmemError(f"the sampler failed: {error.strip() or f'exit {code}'}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+
+class MemorySampler:
+    """Samples `collector`'s server through `layout` until the collector is stopped;
+    `calibrate()` finds the layout again after a restart."""
+
+    def __init__(
+        self,
+        collector: Host,
+        layout: shmem.Layout,
+        calibrate: Callable[[], shmem.Layout],
+    ) -> None:
         self.collector = collector
-        self.layout = layout
-        self.reader = shmem.Reader(layout)
+        self.calibrate = calibrate
         self.meta: dict[int, tuple[Any, ...]] = {}  # pid: type, database, user, application
         self.votes: dict[int, Counter[tuple[str, str]]] = {}
-        self.types: dict[int, str] = {layout.client_type: "client backend"}
         self.numbered: set[int] = set()  # waits written under their number, not their name
-        self.columns = {
-            "_mem_samples": {"sample_no": array("q"), "ts_us": array("q")},
-            "_mem_procs": {"sample_no": array("q"), "pid": array("i"), "raw": array("I")},
-            "_mem_statuses": {
-                "sample_no": array("q"),
-                "pid": array("i"),
-                "state": array("i"),
-                "btype": array("i"),
-                "qid": array("q"),
-            },
-        }
+        self.pending: list[tuple[int, Batch]] = []  # (number of its first sample, batch)
         self.raws: set[int] = set()
+        self.helper_cpu_ns = 0
+        self.last_meta = 0.0
+        # Per second not yet written to activity_rate: its samples' lateness and read times.
+        self.open_seconds: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self._use(layout)
+
+    def _use(self, layout: shmem.Layout) -> None:
+        self.layout = layout
+        self.reader = shmem.Reader(layout)
+        self.types: dict[int, str] = {layout.client_type: "client backend"}
 
     def run(self) -> None:
-        """Per sample only the reads, kept as they come: after a 10-ms sleep on a busy host
-        everything the interpreter touches is cache-cold, so a sample costs per object it
-        touches (measured: decoding each sample as it came tripled its CPU); the rest is
-        done once a second, in `_take_in`."""
         c = self.collector
-        fields = self.reader.fields()
-        taken: list[tuple[Any, ...]] = []
-        interval = 1.0 / c.target_hz
-        monotonic, sleep, clock = time.monotonic, time.sleep, time.time_ns
-        start = last_meta = monotonic()
-        n = 0
         while not c.stop_event.is_set():
-            due = start + n * interval
-            now = monotonic()
-            if due > now:
-                sleep(min(due - now, 0.2))
-                now = monotonic()
-                if now < due:
-                    continue
-            taken.append((clock(), now - due, *[field.tolist() for field in fields]))
-            n += 1
-            if now - due > interval:  # fell behind: skip, do not burst
-                n = int((now - start) / interval) + 1
-            if now - last_meta >= META_S:
-                last_meta = now
-                self._take_in(taken)
-                taken = []
-                if not self._read_meta():
-                    return
-        self._take_in(taken)
+            helper = Helper(self.layout, c.target_hz)
+            restarted = False
+            try:
+                for batch in helper.batches(c.stop_event.is_set):
+                    if restarted or not self._server_alive():
+                        # Samples of a segment its server may have left: not kept (the
+                        # reconnection records the gap).
+                        helper.stop()
+                        restarted = True
+                        continue
+                    self._take_in(batch)
+                    if c.stop_event.is_set() or not self._meta_due(batch):
+                        continue
+                    if not self._read_meta():
+                        helper.stop()
+                        restarted = True
+            finally:
+                helper.stop()
+                self.helper_cpu_ns += helper.cpu_ns
+            if not restarted or c.stop_event.is_set() or c.error:
+                return
+            self._recalibrate()
 
-    def _take_in(self, taken: list[tuple[Any, ...]]) -> None:
-        """The samples read since the last call, into the columns `flush` writes: the slots
-        in use, the rate per second; the blockers when a sample had a Lock wait."""
+    def _server_alive(self) -> bool:
+        postmaster = self.layout.postmaster
+        return Path(f"/proc/{postmaster}").exists() and (
+            self.collector.ctx.postmaster_pid() in (None, postmaster)
+        )
+
+    def _recalibrate(self) -> None:
+        """After a restart: wait for the connection back, then find the layout again."""
         c = self.collector
-        cols = self.columns
-        samples, procs, statuses = cols["_mem_samples"], cols["_mem_procs"], cols["_mem_statuses"]
-        locked = False
-        for ns, late_s, pids, waits, spids, states, types, *qids in taken:
-            c.samples += 1
-            no, ts_us = c.samples, ns // 1000
-            samples["sample_no"].append(no)
-            samples["ts_us"].append(ts_us)
-            live = list(compress(pids, pids))
-            waiting = list(compress(waits, pids))
-            procs["sample_no"].extend(repeat(no, len(live)))
-            procs["pid"].extend(live)
-            procs["raw"].extend(waiting)
-            self.raws.update(waiting)
-            locked = locked or any(w >> 24 == LOCK_CLASS for w in waiting)
-            live = list(compress(spids, spids))
-            statuses["sample_no"].extend(repeat(no, len(live)))
-            statuses["pid"].extend(live)
-            statuses["state"].extend(compress(states, spids))
-            statuses["btype"].extend(compress(types, spids))
-            statuses["qid"].extend(compress(qids[0], spids) if qids else repeat(0, len(live)))
-            second = ts_us // 1_000_000 * 1_000_000
-            c.open_seconds.setdefault(second, {})[no] = (late_s * 1000, 0.0)
-        for past in sorted(c.open_seconds)[:-1]:
-            c._close_second(past, c.open_seconds.pop(past))
+        deadline = time.monotonic() + c.reconnect_s
+        while not c.stop_event.is_set():
+            try:
+                c.session.execute("SELECT 1")
+                layout = self.calibrate()
+            except (psycopg.Error, shmem.ShmemError) as exc:
+                if isinstance(exc, psycopg.OperationalError) and not c.reconnect(
+                    exc, f"{c.samples} samples"
+                ):
+                    return
+                if time.monotonic() > deadline:
+                    raise shmem.ShmemError(f"after the server restarted: {exc}") from None
+                c.stop_event.wait(0.5)
+                continue
+            self.reader.close()
+            self._use(layout)
+            c.store.add_event(
+                "activity-source",
+                f"the server restarted: sampling its shared memory again (postmaster "
+                f"{layout.postmaster})",
+            )
+            return
+
+    def _take_in(self, batch: Batch) -> None:
+        """A batch, kept for `flush` as it came: its samples numbered, the rate per second;
+        the blockers read when a sample had a Lock wait."""
+        c = self.collector
+        ticks = len(batch.tick_us)
+        if not ticks:
+            return
+        self.pending.append((c.samples + 1, batch))
+        c.samples += ticks
+        self.raws.update(np.unique(batch.wait).tolist())
+        seconds = batch.tick_us // 1_000_000 * 1_000_000
+        for second in np.unique(seconds).tolist():
+            this = seconds == second
+            lags, reads = self.open_seconds.setdefault(second, ([], []))
+            lags.append(batch.late_us[this] / 1000)
+            reads.append(batch.read_ns[this] / 1e6)
+        # A batch rarely starts on a second boundary: a second's rate row waits for the
+        # batch that moves past it.
+        for past in sorted(self.open_seconds)[:-1]:
+            self._close_second(past)
         if time.monotonic() - c.last_flush >= c.options.flush_s:
             self.flush()
-        if locked and c.options.blockers:
+        if c.options.blockers and bool(np.any(batch.wait >> 24 == LOCK_CLASS)):
             c._record_blockers()
+
+    def _close_second(self, second: int) -> None:
+        parts = self.open_seconds.pop(second)
+        lags, reads = np.concatenate(parts[0]), np.concatenate(parts[1])
+        self.collector.pending_rate.append(
+            (
+                second,
+                self.collector.target_hz,
+                len(lags),
+                float(lags.mean()),
+                float(lags.max()),
+                float(reads.mean()),
+                float(reads.max()),
+            )
+        )
+
+    def close_seconds(self) -> None:
+        for second in sorted(self.open_seconds):
+            self._close_second(second)
+
+    def _meta_due(self, batch: Batch) -> bool:
+        """Whether to ask the server now: a process, a wait or a query id it has not named
+        for us yet, or META_MAX_S since we last asked (applications rename themselves).
+        Asking every second cost a sixth of the whole sampler (server and ours)."""
+        if time.monotonic() - self.last_meta >= META_MAX_S:
+            return True
+        return (
+            not self.meta.keys() >= set(np.unique(batch.pid).tolist())
+            or not self.votes.keys() >= set(np.unique(batch.wait).tolist()) - {0}
+            or not self.collector.known_queries >= set(np.unique(batch.query_id).tolist()) - {0}
+        )
 
     def _read_meta(self) -> bool:
         """Who each process is, and what the server calls the waits it is in; False when the
-        connection is lost for good."""
+        connection was lost (and taken back, or given up: `collector.error` says which)."""
         c = self.collector
+        self.last_meta = time.monotonic()
         before = self._waits_now()
         try:
             rows = c.session.execute(META_SQL, {"known": sorted(c.known_queries)}).fetchall()
         except psycopg.OperationalError as exc:
-            return c.reconnect(exc, f"{c.samples} samples")
+            c.reconnect(exc, f"{c.samples} samples")
+            return False
         after = self._waits_now()
         types_now = dict(
             zip(
@@ -190,10 +410,17 @@ class MemorySampler:
             self.meta[pid] = (btype, db, user, app)
             if pid in types_now and btype:
                 self.types.setdefault(types_now[pid], btype)
-            raw = before.get(pid, 0)
-            steady = raw != 0 and raw == after.get(pid)  # one wait all through the statement
-            if steady and wtype and shmem.WAIT_CLASSES.get(raw >> 24) == wtype:
-                self.votes.setdefault(raw, Counter())[(wtype, event)] += 1
+            # The server read this process's wait at some instant between our two reads: a
+            # vote for the one of them in the same class. Short waits (LWLocks) rarely last
+            # the whole statement, and waiting for one that did left them unnamed; a vote
+            # for the wrong neighbour is outnumbered over the reads.
+            same_class = {
+                raw
+                for raw in (before.get(pid, 0), after.get(pid, 0))
+                if raw and wtype and shmem.WAIT_CLASSES.get(raw >> 24) == wtype
+            }
+            if len(same_class) == 1:
+                self.votes.setdefault(same_class.pop(), Counter())[(wtype, event)] += 1
             if query is not None and query_id is not None:
                 texts.setdefault(int(query_id), query)
         if texts:
@@ -214,6 +441,8 @@ class MemorySampler:
         )
 
     def name(self, raw: int) -> tuple[str | None, str | None]:
+        if raw == 0:
+            return None, None
         votes = self.votes.get(raw)
         if votes:
             return votes.most_common(1)[0][0]
@@ -222,47 +451,75 @@ class MemorySampler:
 
     def flush(self) -> None:
         c = self.collector
-        if self.columns["_mem_samples"]["sample_no"]:
-            raws = sorted(self.raws)
-            names = [self.name(raw) for raw in raws]
-            meta = list(self.meta.items())
+        if self.pending:
+            rows, names, empty = self._rows()
             db = c.store.db
-            for table, columns in self.columns.items():
-                db.register(
-                    table,
-                    {
-                        name: np.frombuffer(values, dtype=np.dtype(values.typecode))
-                        for name, values in columns.items()
-                    },
-                )
+            db.register("_mem_rows", rows)
             try:
+                db.execute(WRITE_SQL, names)
+            finally:
+                db.unregister("_mem_rows")
+            if len(empty["ts_us"]):
                 db.execute(
-                    WRITE_SQL,
+                    EMPTY_SQL,
                     {
-                        "m_pid": [pid for pid, _ in meta],
-                        "m_type": [m[0] for _, m in meta],
-                        "m_db": [m[1] for _, m in meta],
-                        "m_user": [m[2] for _, m in meta],
-                        "m_app": [m[3] for _, m in meta],
-                        "w_raw": raws,
-                        "w_type": [kind for kind, _ in names],
-                        "w_event": [event for _, event in names],
-                        "st_value": list(self.layout.state_names),
-                        "st_name": list(self.layout.state_names.values()),
-                        "bt_value": list(self.types),
-                        "bt_name": list(self.types.values()),
+                        "ts_us": empty["ts_us"].tolist(),
+                        "sample_no": empty["sample_no"].tolist(),
                         "own": c.own_pid,
                         "application": c.application_name,
                     },
                 )
-            finally:
-                for table in self.columns:
-                    db.unregister(table)
-            for columns in self.columns.values():
-                for name, values in columns.items():
-                    columns[name] = array(values.typecode)
+            self.pending.clear()
             self.raws.clear()
         c._flush()
+
+    def _rows(self) -> tuple[dict[str, np.ndarray], dict[str, list[Any]], dict[str, np.ndarray]]:
+        """The batches kept, as WRITE_SQL's table and the lists its codes point into: the
+        processes no analysis counts left out as the SQL sampler leaves them out (activity.py
+        BATCH_SQL: ours; background processes in their idle main-loop waits, classes
+        Activity and Extension); and the samples left with no process."""
+        c, layout, pending = self.collector, self.layout, self.pending
+        sample_no = np.concatenate([n + b.tick.astype(np.int64) for n, b in pending])
+        ts_us = np.concatenate([b.tick_us[b.tick] for _, b in pending])
+        pid = np.concatenate([b.pid for _, b in pending])
+        wait = np.concatenate([b.wait for _, b in pending])
+        state = np.concatenate([b.state for _, b in pending])
+        btype = np.concatenate([b.btype for _, b in pending])
+        query_id = np.concatenate([b.query_id for _, b in pending])
+        ours = [pid for pid, m in self.meta.items() if (m[3] or "").startswith("pgscope")]
+        idle_background = (btype != layout.client_type) & np.isin(wait >> 24, IDLE_CLASSES)
+        keep = (pid != c.own_pid) & ~np.isin(pid, ours) & ~idle_background
+
+        meta_pids = sorted(self.meta)
+        meta = [self.meta[p] for p in meta_pids]
+        raws = sorted(self.raws)
+        waits = [self.name(raw) for raw in raws]
+        states = sorted(layout.state_names)
+        types = sorted(self.types)
+        rows = {
+            "ts_us": ts_us[keep],
+            "sample_no": sample_no[keep],
+            "pid": pid[keep],
+            "m": _codes(meta_pids, pid[keep]),
+            "bt": _codes(types, btype[keep]),
+            "st": _codes(states, state[keep]),
+            "w": _codes(raws, wait[keep]),
+            "query_id": query_id[keep],
+        }
+        names = {
+            "m_type": [m[0] for m in meta],
+            "m_db": [m[1] for m in meta],
+            "m_user": [m[2] for m in meta],
+            "m_app": [m[3] for m in meta],
+            "w_type": [kind for kind, _ in waits],
+            "w_event": [event for _, event in waits],
+            "st_name": [layout.state_names[v] for v in states],
+            "bt_name": [self.types[v] for v in types],
+        }
+        every = np.concatenate([n + np.arange(len(b.tick_us), dtype=np.int64) for n, b in pending])
+        times = np.concatenate([b.tick_us for _, b in pending])
+        lonely = ~np.isin(every, rows["sample_no"])
+        return rows, names, {"ts_us": times[lonely], "sample_no": every[lonely]}
 
     def rename(self) -> None:
         """Waits written under their number and named by the server since."""
@@ -277,3 +534,6 @@ class MemorySampler:
                 "event": [self.votes[raw].most_common(1)[0][0][1] for raw in learnt],
             },
         )
+
+    def close(self) -> None:
+        self.reader.close()

@@ -24,7 +24,6 @@ Needs root (or CAP_SYS_PTRACE) and the server on this host; `pg_monitor` for the
 from __future__ import annotations
 
 import ctypes
-import math
 import mmap
 import os
 import struct
@@ -171,28 +170,32 @@ def _segment(postmaster: int) -> int:
     raise ShmemError(f"no PostgreSQL shared-memory segment in process {postmaster}")
 
 
-def _slots(region: bytes, pids: list[int], own: int, count: int | None) -> tuple[int, int]:
-    """(stride, pid offset) of an array of per-process slots: the first place each pid is
-    found, whose distances are whole multiples of the stride."""
+def _slots(region: bytes, pids: list[int], own: int, fits: Any) -> tuple[int, int]:
+    """(stride, pid offset) of an array of per-process slots: every pid must sit a whole
+    number of strides from our own, at one of the places its value is found (a pid's value
+    can also turn up elsewhere: taking only the first place failed about one calibration in
+    ten). Of the strides that fit, `fits(stride)` (the array's known size) and the largest
+    is taken: every divisor of the true stride fits too."""
     words = memoryview(region).cast("i")
-    first: dict[int, int] = {}
     wanted = set(pids)
+    places: dict[int, list[int]] = {}
     for index, value in enumerate(words):
-        if value in wanted and value not in first:
-            first[value] = index * 4
-            if len(first) == len(wanted):
-                break
-    if own not in first or len(first) < 3:
+        if value in wanted:
+            places.setdefault(value, []).append(index * 4)
+    if own not in places or len(places) < 3:
         raise ShmemError("the server's processes were not found in its shared memory")
-    stride = 0
-    for place in first.values():
-        stride = math.gcd(stride, place - first[own])
-    offset = first[own] % stride if stride else 0
-    if stride % 8 or not 64 <= stride <= MAX_STRIDE:
-        raise ShmemError(f"no consistent slot size in shared memory (found {stride} bytes)")
-    if count is not None and max(first.values()) >= count * stride:
-        raise ShmemError("a process was found beyond the end of its array")
-    return stride, offset
+    others = [found for pid, found in places.items() if pid != own]
+    best: tuple[int, int] | None = None
+    for stride in range(MAX_STRIDE, 63, -8):
+        if not fits(stride):
+            continue
+        for mine in places[own]:
+            if all(any((p - mine) % stride == 0 for p in found) for found in others):
+                best = (stride, mine % stride)
+                break
+        if best:
+            return best
+    raise ShmemError("no consistent slot size in shared memory")
 
 
 def _field(slot_a: bytes, slot_b: bytes, fits: Any, width: int = 4) -> list[int]:
@@ -221,12 +224,28 @@ def calibrate(session: psycopg.Connection[Any], postmaster: int) -> Layout:
     pids = [int(pid) for pid, _ in listed if pid]
 
     procs_region = read_memory(postmaster, procs_address, proc_count * MAX_STRIDE)
-    proc_stride, proc_pid = _slots(procs_region, pids, own, proc_count)
+    # The arrays allocated after the PGPROC array (xids, the header's second field) bound
+    # its stride, where they follow it.
+    span = struct.unpack_from("Q", header, 8)[0] - procs_address
+    bounded = proc_count * 64 <= span <= proc_count * MAX_STRIDE + 4096
+    proc_stride, proc_pid = _slots(
+        procs_region, pids, own, lambda s: not bounded or s * proc_count <= span
+    )
     procs = Array(procs_address, proc_count, proc_stride, proc_pid)
     status_region = read_memory(postmaster, status_address, status_size)
-    status_stride, status_pid = _slots(status_region, pids, own, None)
-    if status_size % status_stride:
-        raise ShmemError("the status array is not a whole number of slots")
+    # One status slot per backend and auxiliary process: about as many as PGPROCs, less
+    # those of prepared transactions.
+    row = session.execute("SHOW max_prepared_transactions").fetchone()
+    prepared = int(row[0]) if row else 0
+    status_stride, status_pid = _slots(
+        status_region,
+        pids,
+        own,
+        lambda s: (
+            status_size % s == 0
+            and proc_count - prepared - 16 <= status_size // s <= proc_count + 16
+        ),
+    )
     statuses = Array(status_address, status_size // status_stride, status_stride, status_pid)
 
     idle_proc, idle_status = _own_slots(postmaster, procs, statuses, own)

@@ -55,6 +55,15 @@ class LocalServer:
         socket_dir = Path(lines[4].split(",")[0].strip()) if lines[4].strip() else None
         return cls(data_dir, pid, int(lines[3]), socket_dir)
 
+    def current_pid(self) -> int:
+        """The postmaster's PID now: a restart gives a new one (the one found at first
+        while postmaster.pid names no running process)."""
+        try:
+            now = LocalServer.from_data_dir(self.data_dir).pid
+        except (TargetError, UsageError, OSError, ValueError):
+            return self.pid
+        return now
+
     def conn(self, user: str = "postgres", dbname: str = "postgres") -> ConnParams:
         host = str(self.socket_dir) if self.socket_dir else "127.0.0.1"
         return ConnParams({"host": host, "port": str(self.port), "user": user, "dbname": dbname})

@@ -1,0 +1,255 @@
+"""The activity sampler's shared-memory source: the compiled helper on a file whose layout we
+wrote, and the whole source on a real server, against the SQL source, with planted waits."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import psycopg
+import pytest
+
+from pgscope.collect.activitymem import helper_binary, read_batch
+from pgscope.target.embedded import EmbeddedCluster
+from tests.conftest import pgscope
+
+NO_COMPILER = shutil.which("cc") is None and shutil.which("gcc") is None
+needs_compiler = pytest.mark.skipif(NO_COMPILER, reason="no C compiler: the helper cannot be built")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="reading another process's memory needs root"
+)
+
+# A file standing in for shared memory: 4 proc slots of 64 bytes (pid at 8, wait at 16), then
+# 4 status slots of 48 bytes (pid at 4, backend type at 8, state at 12, query_id at 24).
+PROC, STATUS, STATUSES_AT = 64, 48, 256
+LAYOUT = ["0", "4", "64", "8", "16", str(STATUSES_AT), "4", "48", "4", "12", "8", "24"]
+
+
+def fake_segment(path: Path) -> int:
+    """Two processes in use: 111 waiting (in proc slot 1, status slot 2), 222 on CPU (proc
+    slot 3, status slot 0, running query 42)."""
+    data = bytearray(STATUSES_AT + 4 * STATUS)
+    struct.pack_into("iiI", data, 1 * PROC + 8, 111, 0, 0x03000009)
+    struct.pack_into("i", data, 3 * PROC + 8, 222)
+    struct.pack_into("iii", data, STATUSES_AT + 0 * STATUS + 4, 222, 3, 2)
+    struct.pack_into("q", data, STATUSES_AT + 0 * STATUS + 24, 42)
+    struct.pack_into("iii", data, STATUSES_AT + 2 * STATUS + 4, 111, 3, 1)
+    path.write_bytes(data)
+    return len(data)
+
+
+@needs_compiler
+def test_helper_copies_the_slots_in_use_on_schedule_and_flushes_when_stopped(
+    tmp_path: Path,
+) -> None:
+    size = fake_segment(tmp_path / "segment")
+    fd = os.open(tmp_path / "segment", os.O_RDONLY)
+    try:
+        helper = subprocess.Popen(
+            [str(helper_binary(tmp_path / "cache")), str(fd), str(size), "100", "1000", *LAYOUT],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(fd,),
+        )
+    finally:
+        os.close(fd)
+    time.sleep(0.5)
+    helper.terminate()  # before a whole batch (1,000 ticks): what it holds is written
+    out, err = helper.communicate(timeout=10)
+    assert helper.returncode == 0, err
+    stream = io.BytesIO(out)
+    batch = read_batch(stream)
+    assert batch is not None and read_batch(stream) is None
+    ticks = len(batch.tick_us)
+    assert 20 <= ticks <= 60, ticks
+    assert 8_000 <= float(np.median(np.diff(batch.tick_us))) <= 12_000  # 100 Hz
+    assert batch.cpu_ns > 0
+    # Two rows per tick, in slot order, each joined to the status slot of the same pid.
+    assert len(batch.pid) == 2 * ticks
+    assert batch.tick.tolist() == [t for t in range(ticks) for _ in range(2)]
+    assert batch.pid.tolist() == [111, 222] * ticks
+    assert batch.wait.tolist() == [0x03000009, 0] * ticks
+    assert batch.state.tolist() == [1, 2] * ticks
+    assert batch.btype.tolist() == [3, 3] * ticks
+    assert batch.query_id.tolist() == [0, 42] * ticks
+
+
+@needs_compiler
+def test_helper_refuses_a_layout_outside_its_mapping_in_one_line(tmp_path: Path) -> None:
+    size = fake_segment(tmp_path / "segment")
+    fd = os.open(tmp_path / "segment", os.O_RDONLY)
+    try:
+        layout = [*LAYOUT[:6], "40", *LAYOUT[7:]]  # 40 status slots: beyond the file
+        done = subprocess.run(
+            [str(helper_binary(tmp_path / "cache")), str(fd), str(size), "100", "100", *layout],
+            capture_output=True,
+            text=True,
+            pass_fds=(fd,),
+            timeout=10,
+        )
+    finally:
+        os.close(fd)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "pgscope-shmem-sampler: the status array lies outside the mapping"
+    ]
+
+
+# -- on a real server, as root ----------------------------------------------------------------
+
+
+@pytest.fixture
+def planted(cluster: EmbeddedCluster) -> Iterator[EmbeddedCluster]:
+    """Waits whose names we know: a session holding advisory lock 42 (then idle), two
+    sessions queued on it (Lock:advisory), one in pg_sleep (Timeout:PgSleep)."""
+    holder = cluster.conn.connect(application_name="planted-holder")
+    holder.execute("SELECT pg_advisory_lock(42)")
+    sessions = [holder]
+    threads = []
+
+    def run(app: str, sql: str) -> None:
+        session = cluster.conn.connect(application_name=app)
+        sessions.append(session)
+        with contextlib.suppress(psycopg.Error):  # cancelled at the end
+            session.execute(sql)
+
+    for app, sql in (
+        ("planted-waiter", "SELECT pg_advisory_lock(42)"),
+        ("planted-waiter", "SELECT pg_advisory_lock(42)"),
+        ("planted-sleeper", "SELECT pg_sleep(120)"),
+    ):
+        thread = threading.Thread(target=run, args=(app, sql), daemon=True)
+        thread.start()
+        threads.append(thread)
+    time.sleep(1)
+    try:
+        yield cluster
+    finally:
+        for session in sessions[1:]:
+            session.cancel_safe()
+        holder.close()
+        for thread in threads:
+            thread.join(timeout=10)
+        for session in sessions[1:]:
+            session.close()
+
+
+def observed(cluster: EmbeddedCluster, tmp_path: Path, sampler: str) -> Path:
+    result = pgscope(
+        "observe",
+        "--data-dir",
+        str(cluster.data_dir),
+        "--duration",
+        "4",
+        "--window",
+        "2",
+        "--sampler",
+        sampler,
+        "--results-dir",
+        str(tmp_path / sampler),
+    )
+    assert result.returncode == 0, result.stderr
+    [run_dir] = list((tmp_path / sampler).iterdir())
+    return run_dir / "run.duckdb"
+
+
+def profile(store: Path) -> tuple[dict[tuple[str, ...], float], int, list[str]]:
+    """Per planted application, each (state, wait) and its share of that application's rows;
+    the samples; the activity events."""
+    db = duckdb.connect(str(store), read_only=True)
+    try:
+        rows = db.execute(
+            "SELECT *, n / sum(n) OVER (PARTITION BY application_name) FROM ("
+            "SELECT application_name, backend_type, state, coalesce(wait_event_type, 'CPU'), "
+            "coalesce(wait_event, 'CPU'), count(*) AS n FROM activity_samples GROUP BY ALL)"
+        ).fetchall()
+        samples = db.execute("SELECT count(DISTINCT sample_no) FROM activity_samples").fetchone()
+        events = db.execute(
+            "SELECT detail FROM events WHERE kind LIKE 'activity-%' ORDER BY ts_us"
+        ).fetchall()
+    finally:
+        db.close()
+    shares = {tuple(str(v) for v in r[:5]): float(r[6]) for r in rows}
+    return shares, int(samples[0]) if samples else 0, [e[0] for e in events]
+
+
+@needs_root
+@needs_compiler
+def test_memory_source_sees_planted_waits_as_the_sql_source_does(
+    planted: EmbeddedCluster, tmp_path: Path
+) -> None:
+    memory, memory_samples, memory_events = profile(observed(planted, tmp_path, "memory"))
+    sql, sql_samples, _ = profile(observed(planted, tmp_path, "sql"))
+    expected = {
+        ("planted-waiter", "client backend", "active", "Lock", "advisory"),
+        ("planted-sleeper", "client backend", "active", "Timeout", "PgSleep"),
+        ("planted-holder", "client backend", "idle", "Client", "ClientRead"),
+    }
+    for key in expected:
+        assert memory.get(key, 0) > 0.95, (key, memory)
+        assert abs(memory[key] - sql.get(key, 0)) < 0.05, (key, memory, sql)
+    assert not [key for key in memory if key[0].startswith("pgscope")], memory
+    # 50 Hz for 4 s, as the SQL source takes.
+    assert memory_samples >= 0.8 * sql_samples and memory_samples >= 150
+    assert any("shared memory" in e for e in memory_events), memory_events
+    assert any(e.startswith("the shared-memory sampler used") for e in memory_events)
+
+
+@needs_root
+@needs_compiler
+def test_memory_source_finds_the_layout_again_after_a_restart(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    results = tmp_path / "results"
+    started = time.time()
+    done: dict[str, subprocess.CompletedProcess[str]] = {}
+    observer = threading.Thread(
+        target=lambda: done.update(
+            it=pgscope(
+                "observe",
+                "--data-dir",
+                str(cluster.data_dir),
+                "--duration",
+                "12",
+                "--window",
+                "2",
+                "--sampler",
+                "memory",
+                "--results-dir",
+                str(results),
+            )
+        )
+    )
+    observer.start()
+    time.sleep(5)
+    cluster.restart()
+    restarted = time.time()
+    observer.join(timeout=120)
+    result = done["it"]
+    assert result.returncode == 0, result.stderr
+    [run_dir] = list(results.iterdir())
+    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        before, after = db.execute(
+            "SELECT count(*) FILTER (WHERE ts_us < ?), count(*) FILTER (WHERE ts_us > ?) "
+            "FROM activity_samples",
+            [int(restarted * 1e6) - 2_000_000, int(restarted * 1e6) + 1_000_000],
+        ).fetchone() or (0, 0)
+        events = [m for (m,) in db.execute("SELECT detail FROM events").fetchall()]
+    finally:
+        db.close()
+    assert started < restarted
+    assert before > 50 and after > 50, (before, after, events)
+    assert any(
+        e.startswith("the server restarted: sampling its shared memory again") for e in events
+    )
