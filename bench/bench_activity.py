@@ -136,7 +136,7 @@ def cpu_cost(args: argparse.Namespace) -> dict[str, Any]:
                     f"{key} Hz: {r['ms_per_sample_median']:.3f} ms CPU per sample "
                     f"({r['client_ms_median']:.3f} ours + {r['backend_ms_median']:.3f} server), "
                     f"{100 * r['share_of_one_core']:.2f}% of one core "
-                    f"(range {r['ms_per_sample_range'][0]:.3f}-{r['ms_per_sample_range'][1]:.3f} ms)"
+                    "(range {:.3f}-{:.3f} ms)".format(*r["ms_per_sample_range"])
                 )
     return out
 
@@ -165,9 +165,12 @@ def sampling_cost(
                 "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgscope-sampler'"
             ).fetchone()
         pid = int(row[0]) if row else 0
+        helper = helper_pid()
         start_us, start_cpu, start_backend = now_us(), time.process_time(), backend_ns(pid)
+        start_helper = backend_ns(helper) if helper else 0
         load.join()
         end_backend, end_us = backend_ns(pid), now_us()
+        end_helper = backend_ns(helper) if helper else 0
     server_samples = samples_between(run_dir, start_us, end_us)
     client_samples = samples_between(run_dir, start_us, int(stopped["us"]))
     return {
@@ -176,11 +179,30 @@ def sampling_cost(
         "client_cpu_s": stopped["cpu"] - start_cpu,
         "client_samples": client_samples,
         "backend_cpu_s": (end_backend - start_backend) / 1e9,
+        "helper_cpu_s": (end_helper - start_helper) / 1e9,
     }
 
 
+def helper_pid() -> int:
+    """The compiled sampler's pid, a child of ours (the memory source's), else 0: its CPU
+    is ours, but process_time() does not count a child's."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+            if fields[0].endswith("(pgscope-shmem-s") and int(fields[1].split()[1]) == os.getpid():
+                return int(stat.parent.name)
+        except (OSError, IndexError, ValueError):
+            continue
+    return 0
+
+
 def cost_summary(rows: list[dict[str, Any]], rate: float) -> dict[str, Any]:
-    client = [r["client_cpu_s"] / r["client_samples"] * 1000 for r in rows if r["samples"]]
+    client = [
+        r["client_cpu_s"] / r["client_samples"] * 1000
+        + r.get("helper_cpu_s", 0.0) / r["samples"] * 1000
+        for r in rows
+        if r["samples"]
+    ]
     backend = [r["backend_cpu_s"] / r["samples"] * 1000 for r in rows if r["samples"]]
     per_sample = [c + b for c, b in zip(client, backend, strict=True)]
     median = statistics.median(per_sample)
@@ -390,39 +412,59 @@ def accuracy(args: argparse.Namespace) -> dict[str, Any]:
                 workload = (
                     ["-f", str(script)] if spec["pgbench"] == "insert" else list(spec["pgbench"])
                 )
-                results = []
+                sources = args.sources.split(",")
+                results: dict[str, list[dict[str, Any]]] = {source: [] for source in sources}
                 for repeat in range(args.repeats):
-                    run_dir = Path(tmp) / f"acc{time.time_ns()}"
-                    compared: dict[str, Any] = {}
-
-                    def on_stopped(store: Any, compared: dict[str, Any] = compared) -> None:
-                        # Compared once both have stopped: the sampler writes every 10 s.
-                        compared["it"] = waits.compare_with_pgws(
-                            store.db, compared["start"] + 1_000_000, compared["end"] - 500_000
+                    for source in sources:  # interleaved
+                        comparison = compare_once(
+                            pg, cluster, Path(tmp), workload, spec, source, args
                         )
-
-                    with collecting({"activity": {}, "pgws": {}}, pg, cluster, run_dir, on_stopped):
-                        compared["start"] = now_us()
-                        pgbench_tps(pg, cluster, workload, int(spec["clients"]), args.seconds)
-                        compared["end"] = now_us()
-                        # pg_wait_sampling's ring is copied every 0.5 s: wait for the last.
-                        time.sleep(1.2)
-                    comparison = compared.get("it")
-                    if comparison is None:
-                        print("  no comparison (one side empty)")
-                        continue
-                    print(
-                        f"  repeat {repeat + 1}: TVD {comparison.tvd:.4f} "
-                        f"({comparison.pgscope_rows} vs {comparison.pgws_rows} rows)"
-                    )
-                    results.append(comparison.to_json())
-                tvds = [r["total_variation_distance"] for r in results]
-                out["workloads"][name] = {
-                    "tvd_median": statistics.median(tvds) if tvds else None,
-                    "tvd_max": max(tvds) if tvds else None,
-                    "repeats": results,
-                }
+                        if comparison is None:
+                            print(f"  {source}: no comparison (one side empty)")
+                            continue
+                        print(
+                            f"  {source} repeat {repeat + 1}: TVD {comparison.tvd:.4f} "
+                            f"({comparison.pgscope_rows} vs {comparison.pgws_rows} rows)"
+                        )
+                        results[source].append(comparison.to_json())
+                for source in sources:
+                    tvds = [r["total_variation_distance"] for r in results[source]]
+                    key = name if source == "sql" else f"{name} ({source})"
+                    out["workloads"][key] = {
+                        "tvd_median": statistics.median(tvds) if tvds else None,
+                        "tvd_max": max(tvds) if tvds else None,
+                        "repeats": results[source],
+                    }
     return out
+
+
+def compare_once(
+    pg: Any,
+    cluster: Any,
+    tmp: Path,
+    workload: list[str],
+    spec: dict[str, Any],
+    source: str,
+    args: argparse.Namespace,
+) -> Any:
+    """One trial of the accuracy benchmark: the sampler (from `source`) beside
+    pg_wait_sampling while `workload` runs; their comparison, None if one side is empty."""
+    run_dir = tmp / f"acc{time.time_ns()}"
+    compared: dict[str, Any] = {}
+
+    def on_stopped(store: Any) -> None:
+        # Compared once both have stopped: the sampler writes every 10 s.
+        compared["it"] = waits.compare_with_pgws(
+            store.db, compared["start"] + 1_000_000, compared["end"] - 500_000
+        )
+
+    with collecting({"activity": {"source": source}, "pgws": {}}, pg, cluster, run_dir, on_stopped):
+        compared["start"] = now_us()
+        pgbench_tps(pg, cluster, workload, int(spec["clients"]), args.seconds)
+        compared["end"] = now_us()
+        # pg_wait_sampling's ring is copied every 0.5 s: wait for the last.
+        time.sleep(1.2)
+    return compared.get("it")
 
 
 def markdown_overhead(result: dict[str, Any]) -> str:
@@ -468,7 +510,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rates", default="10,50,100,500")
-    parser.add_argument("--sources", default="sql", help="cpu: sql,memory (interleaved)")
+    parser.add_argument("--sources", default="sql", help="cpu, accuracy: sql,memory (interleaved)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script")
     args = parser.parse_args()
     if args.smoke:
