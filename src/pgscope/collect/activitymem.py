@@ -179,6 +179,7 @@ class Helper:
     """The compiled sampler running on `layout`'s segment at `hz`, a second per batch."""
 
     def __init__(self, layout: shmem.Layout, hz: float) -> None:
+        binary = helper_binary()  # before the descriptor: a failed build leaks nothing
         start, end = shmem._mapping(layout.postmaster, layout.segment)
         path = f"/proc/{layout.postmaster}/map_files/{start:x}-{end:x}"
         try:
@@ -189,7 +190,7 @@ class Helper:
             ) from None
         procs, statuses = layout.procs, layout.statuses
         argv = [
-            str(helper_binary()),
+            str(binary),
             *map(
                 str,
                 (
