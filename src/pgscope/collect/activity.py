@@ -330,12 +330,9 @@ class ActivityCollector(PollingCollector):
         try:
             self._sample_until_stopped()
         finally:
-            self._close_seconds()
+            for second in sorted(self.open_seconds):
+                self._close_second(second, self.open_seconds.pop(second))
             self._flush()
-
-    def _close_seconds(self) -> None:
-        for second in sorted(self.open_seconds):
-            self._close_second(second, self.open_seconds.pop(second))
 
     def _sample_memory(self, layout: shmem.Layout) -> None:
         from pgscope.collect.activitymem import MemorySampler

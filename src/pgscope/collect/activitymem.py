@@ -180,14 +180,7 @@ class Helper:
 
     def __init__(self, layout: shmem.Layout, hz: float) -> None:
         binary = helper_binary()  # before the descriptor: a failed build leaks nothing
-        start, end = shmem._mapping(layout.postmaster, layout.segment)
-        path = f"/proc/{layout.postmaster}/map_files/{start:x}-{end:x}"
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            raise shmem.ShmemError(
-                f"cannot map the server's shared memory: {exc.strerror}"
-            ) from None
+        fd, start, end = shmem.open_segment(layout)
         procs, statuses = layout.procs, layout.statuses
         argv = [
             str(binary),

@@ -35,6 +35,8 @@ from typing import Any
 
 import psycopg
 
+from pgscope.collect.bpf import LOCK_TYPES
+
 SHMEM_MAGIC = 679834894  # PGShmemMagic, at the start of the main segment
 CLIENT_READ = 0x06000000  # PG_WAIT_CLIENT | WAIT_EVENT_CLIENT_READ, every version
 TIMEOUT_CLASS = 0x09
@@ -53,21 +55,9 @@ WAIT_CLASSES = {
     0x0A: "IO",
     0x0B: "InjectionPoint",
 }
-# A Lock wait's low byte is its lock tag type (storage/lock.h, LockTagType; stable order).
-LOCK_TAGS = (
-    "relation",
-    "extend",
-    "frozenid",
-    "page",
-    "tuple",
-    "transactionid",
-    "virtualxid",
-    "spectoken",
-    "object",
-    "userlock",
-    "advisory",
-    "applytransaction",
-)
+# A Lock wait's low byte is its lock tag type (storage/lock.h, LockTagType): pg_locks' names,
+# and PostgreSQL 16's apply-transaction lock after them.
+LOCK_TAGS = (*LOCK_TYPES, "applytransaction")
 # pg_stat_activity's states, in BackendState's order after the first one found (PG 18 puts
 # "starting" before "idle"; calibration finds where "idle" is).
 STATES_FROM_IDLE = (
@@ -337,19 +327,25 @@ def wait_name(raw: int) -> tuple[str | None, str | None]:
     return kind, f"#{low}"
 
 
+def open_segment(layout: Layout) -> tuple[int, int, int]:
+    """A read-only descriptor of the server's main segment (through /proc/PID/map_files,
+    root only), and where the segment starts and ends in the server: the caller closes it."""
+    start, end = _mapping(layout.postmaster, layout.segment)
+    try:
+        fd = os.open(f"/proc/{layout.postmaster}/map_files/{start:x}-{end:x}", os.O_RDONLY)
+    except OSError as exc:
+        raise ShmemError(f"cannot map the server's shared memory: {exc.strerror}") from None
+    return fd, start, end
+
+
 class Reader:
-    """The server's main segment mapped read-only into this process (through
-    /proc/PID/map_files, root only): a field of every slot is one strided read, no system
-    call and no copy. Measured: a copy of both arrays per sample (process_vm_readv) cost
-    ~100 us after a 10-ms sleep, cache-cold; these reads touch only the fields' cache lines."""
+    """The server's main segment mapped read-only into this process, for reads now and then
+    (naming what the compiled sampler reads, collect/activitymem.py): a field of every slot
+    is one strided read, no system call and no copy."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        start, end = _mapping(layout.postmaster, layout.segment)
-        try:
-            fd = os.open(f"/proc/{layout.postmaster}/map_files/{start:x}-{end:x}", os.O_RDONLY)
-        except OSError as exc:
-            raise ShmemError(f"cannot map the server's shared memory: {exc.strerror}") from None
+        fd, start, end = open_segment(layout)
         try:
             self.mapping = mmap.mmap(fd, end - start, mmap.MAP_SHARED, mmap.PROT_READ)
         except OSError as exc:
@@ -360,31 +356,13 @@ class Reader:
         self.views: list[dict[str, memoryview]] = []
         for array in (layout.procs, layout.statuses):
             region = whole[array.address - start : array.address - start + array.size]
-            self.views.append({code: region.cast(code) for code in ("i", "I", "q")})
-
-    def fields(self) -> list[memoryview]:
-        """What a sample reads, each field of every slot as one strided view: PGPROC's pid
-        and wait_event_info; the status slot's pid, state, backend type (and query_id)."""
-        layout = self.layout
-        wanted = [
-            (0, layout.procs.pid_offset, "i"),
-            (0, layout.wait_offset, "I"),
-            (1, layout.statuses.pid_offset, "i"),
-            (1, layout.state_offset, "i"),
-            (1, layout.type_offset, "i"),
-        ]
-        if layout.query_id_offset is not None:
-            wanted.append((1, layout.query_id_offset, "q"))
-        return [self._strided(which, offset, code) for which, offset, code in wanted]
-
-    def _strided(self, which: int, offset: int, code: str) -> memoryview:
-        array = self.layout.procs if which == 0 else self.layout.statuses
-        size = 8 if code == "q" else 4
-        return self.views[which][code][offset // size :: array.stride // size]
+            self.views.append({code: region.cast(code) for code in ("i", "I")})
 
     def column(self, which: int, offset: int, code: str = "i") -> list[int]:
-        """Field `offset` of every slot of the proc (0) or status (1) array, as it is now."""
-        return self._strided(which, offset, code).tolist()
+        """Field `offset` (4 bytes: "i" signed, "I" unsigned) of every slot of the proc (0)
+        or status (1) array, as it is now."""
+        array = self.layout.procs if which == 0 else self.layout.statuses
+        return self.views[which][code][offset // 4 :: array.stride // 4].tolist()
 
     def close(self) -> None:
         for views in self.views:

@@ -180,7 +180,7 @@ LOCK_MODES = {
     8: "AccessExclusiveLock",
 }
 # LockTagType as pg_locks.locktype names it; PostgreSQL 13 inserted frozenid as number 2.
-_LOCK_TYPES_13 = (
+LOCK_TYPES = (
     "relation",
     "extend",
     "frozenid",
@@ -193,7 +193,7 @@ _LOCK_TYPES_13 = (
     "userlock",
     "advisory",
 )
-_LOCK_TYPES_12 = tuple(t for t in _LOCK_TYPES_13 if t != "frozenid")
+_LOCK_TYPES_12 = tuple(t for t in LOCK_TYPES if t != "frozenid")
 # Checkpoint request flags, in the words and order of the server log (log_checkpoints).
 _CHECKPOINT_FLAGS = (
     (0x0001, "shutdown"),
@@ -217,7 +217,7 @@ def lock_mode_name(code: int) -> str:
 
 def lock_type_name(code: int, server_version_num: int) -> str:
     """0 for an unknown version reads as the newest numbering."""
-    names = _LOCK_TYPES_12 if 0 < server_version_num < 130000 else _LOCK_TYPES_13
+    names = _LOCK_TYPES_12 if 0 < server_version_num < 130000 else LOCK_TYPES
     return names[code] if 0 <= code < len(names) else f"type {code}"
 
 
