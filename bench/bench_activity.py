@@ -395,12 +395,19 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 
 
 def accuracy(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"seconds": args.seconds, "repeats": args.repeats, "workloads": {}}
+    out: dict[str, Any] = {
+        "seconds": args.seconds,
+        "repeats": args.repeats,
+        "hz": args.hz or 50,
+        "workloads": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "insert.sql"
         script.write_text("insert into test(info) values (null);\n")
         os.chmod(tmp, 0o755)
         for name, spec in WORKLOADS.items():
+            if not any(name.startswith(w) for w in args.workloads.split(",")):
+                continue
             print(name)
             with bench_cluster(PGWS, scale=int(spec["scale"])) as (pg, cluster):
                 with cluster.connect() as conn:
@@ -458,7 +465,8 @@ def compare_once(
             store.db, compared["start"] + 1_000_000, compared["end"] - 500_000
         )
 
-    with collecting({"activity": {"source": source}, "pgws": {}}, pg, cluster, run_dir, on_stopped):
+    activity = {"source": source, **({"hz": args.hz} if args.hz else {})}
+    with collecting({"activity": activity, "pgws": {}}, pg, cluster, run_dir, on_stopped):
         compared["start"] = now_us()
         pgbench_tps(pg, cluster, workload, int(spec["clients"]), args.seconds)
         compared["end"] = now_us()
@@ -511,6 +519,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rates", default="10,50,100,500")
     parser.add_argument("--sources", default="sql", help="cpu, accuracy: sql,memory (interleaved)")
+    parser.add_argument("--hz", type=float, default=0, help="accuracy: sampling rate (default 50)")
+    parser.add_argument(
+        "--workloads", default="", help="accuracy: only those whose name starts so (insert,tpcb)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script")
     args = parser.parse_args()
     if args.smoke:

@@ -19,9 +19,12 @@ import numpy as np
 import psycopg
 import pytest
 
+from pgscope.collect import shmem
 from pgscope.collect.activitymem import helper_binary, read_batch
+from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster
-from tests.conftest import pgscope
+from pgscope.target.pgbin import PgBinaries
+from tests.conftest import SMALL_SERVER, pgscope
 
 NO_COMPILER = shutil.which("cc") is None and shutil.which("gcc") is None
 needs_compiler = pytest.mark.skipif(NO_COMPILER, reason="no C compiler: the helper cannot be built")
@@ -252,4 +255,74 @@ def test_memory_source_finds_the_layout_again_after_a_restart(
     assert before > 50 and after > 50, (before, after, events)
     assert any(
         e.startswith("the server restarted: sampling its shared memory again") for e in events
+    )
+
+
+@pytest.mark.server
+@needs_root
+def test_wait_numbers_are_named_as_each_version_names_them(
+    pg_version: PgBinaries, tmp_path: Path
+) -> None:
+    """On 15, 16, 17 and 18: each wait read from memory whose number the list names is the
+    wait the server itself reports for that process, at an instant when its number did not
+    change: the background processes' main-loop waits (several places in class Activity), an
+    idle session's ClientRead and a session in pg_sleep."""
+    with (
+        EmbeddedCluster(
+            pg_version, server_account(None), tmp_path / "server.log", SMALL_SERVER
+        ) as cluster,
+        cluster.connect() as session,
+    ):
+        postmaster = cluster.postmaster_pid
+        assert postmaster is not None
+        layout = shmem.calibrate(session, postmaster)
+        assert "not used" not in layout.wait_names_source
+        # LWLocks by id on every version; on 17 and 18 only if the list's names are the
+        # server's own (pg_wait_events), every one of them.
+        assert layout.wait_names[0x01000008] == ("LWLock", "WALWrite"), layout.wait_names_source
+        idle = cluster.conn.connect(application_name="planted-idle")
+        sleeper = cluster.conn.connect(application_name="planted-sleeper")
+        compared: dict[int, tuple[str, str]] = {}
+        reader = shmem.Reader(layout)
+        try:
+            thread = threading.Thread(
+                target=_quietly, args=(sleeper, "SELECT pg_sleep(60)"), daemon=True
+            )
+            thread.start()
+            for _ in range(20):
+                before = _waits(reader, layout)
+                reported = session.execute(
+                    "SELECT pid, wait_event_type, wait_event FROM pg_stat_activity "
+                    "WHERE wait_event IS NOT NULL"
+                ).fetchall()
+                after = _waits(reader, layout)
+                for pid, kind, event in reported:
+                    raw = before.get(pid)
+                    if raw is not None and raw == after.get(pid) and raw in layout.wait_names:
+                        assert layout.wait_names[raw] == (kind, event), (hex(raw), kind, event)
+                        compared[raw] = (kind, event)
+                time.sleep(0.05)
+        finally:
+            reader.close()
+            sleeper.cancel_safe()
+            thread.join(timeout=10)
+            sleeper.close()
+            idle.close()
+    kinds = {kind for kind, _ in compared.values()}
+    assert {"Activity", "Client", "Timeout"} <= kinds, compared
+    assert sum(kind == "Activity" for kind, _ in compared.values()) >= 3, compared
+
+
+def _quietly(session: psycopg.Connection[tuple[object, ...]], sql: str) -> None:
+    with contextlib.suppress(psycopg.Error):  # cancelled at the end
+        session.execute(sql)
+
+
+def _waits(reader: shmem.Reader, layout: shmem.Layout) -> dict[int, int]:
+    return dict(
+        zip(
+            reader.column(0, layout.procs.pid_offset),
+            reader.column(0, layout.wait_offset, "I"),
+            strict=True,
+        )
     )

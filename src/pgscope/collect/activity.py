@@ -261,7 +261,8 @@ class ActivityCollector(PollingCollector):
                 raise CollectorError(f"cannot sample from shared memory: {exc}") from None
             why = str(exc)
         message = (
-            f"sampling from the server's shared memory (postmaster {layout.postmaster})"
+            f"sampling from the server's shared memory (postmaster {layout.postmaster}); "
+            f"wait numbers named from {layout.wait_names_source}"
             if layout is not None
             else f"sampling through SQL: {why}"
         )

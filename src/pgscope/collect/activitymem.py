@@ -8,9 +8,8 @@ writes a second of samples at a time down a pipe as columns of numbers. After a 
 held something new, or every META_MAX_S (`META_SQL`, one statement), the server names what
 numbers cannot say: each process's backend type, database, user and application, and the
 texts of new query ids; and, from what each process was waiting on around that statement,
-which wait event each wait_event_info is (a wait the server has not yet named is written as
-its class and number, renamed at the end). The numbers become rows in DuckDB when written
-(every `flush_s`).
+votes for the names of waits the server's list leaves out (waitnames.py). The numbers become
+rows in DuckDB when written (every `flush_s`).
 
 What it costs (docs/benchmarks.md, "A sampler that reads shared memory"): no server CPU per
 sample; ~15 us of the helper's per sample (a wake-up and the reads), a second's decoding and
@@ -27,7 +26,6 @@ import shutil
 import signal
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 import numpy as np
 import psycopg
 
-from pgscope.collect import shmem
+from pgscope.collect import shmem, waitnames
 from pgscope.store import now_us
 
 if TYPE_CHECKING:
@@ -251,8 +249,7 @@ class MemorySampler:
         self.collector = collector
         self.calibrate = calibrate
         self.meta: dict[int, tuple[Any, ...]] = {}  # pid: type, database, user, application
-        self.votes: dict[int, Counter[tuple[str, str]]] = {}
-        self.numbered: set[int] = set()  # waits written under their number, not their name
+        self.names = waitnames.WaitNames({}, "none", collector.store.add_event)
         self.pending: list[tuple[int, Batch]] = []  # (number of its first sample, batch)
         self.raws: set[int] = set()
         self.helper_cpu_ns = 0
@@ -263,6 +260,8 @@ class MemorySampler:
 
     def _use(self, layout: shmem.Layout) -> None:
         self.layout = layout
+        # The votes outlive a restart (its numbers mean the same); the list is the new one's.
+        self.names.listed, self.names.source = layout.wait_names, layout.wait_names_source
         self.reader = shmem.Reader(layout)
         self.types: dict[int, str] = {layout.client_type: "client backend"}
 
@@ -376,7 +375,7 @@ class MemorySampler:
             return True
         return (
             not self.meta.keys() >= set(np.unique(batch.pid).tolist())
-            or not self.votes.keys() >= set(np.unique(batch.wait).tolist()) - {0}
+            or not self.names.known() >= set(np.unique(batch.wait).tolist()) - {0}
             or not self.collector.known_queries >= set(np.unique(batch.query_id).tolist()) - {0}
         )
 
@@ -411,10 +410,10 @@ class MemorySampler:
             same_class = {
                 raw
                 for raw in (before.get(pid, 0), after.get(pid, 0))
-                if raw and wtype and shmem.WAIT_CLASSES.get(raw >> 24) == wtype
+                if raw and wtype and waitnames.WAIT_CLASSES.get(raw >> 24) == wtype
             }
             if len(same_class) == 1:
-                self.votes.setdefault(same_class.pop(), Counter())[(wtype, event)] += 1
+                self.names.vote(same_class.pop(), wtype, event)
             if query is not None and query_id is not None:
                 texts.setdefault(int(query_id), query)
         if texts:
@@ -433,15 +432,6 @@ class MemorySampler:
                 strict=True,
             )
         )
-
-    def name(self, raw: int) -> tuple[str | None, str | None]:
-        if raw == 0:
-            return None, None
-        votes = self.votes.get(raw)
-        if votes:
-            return votes.most_common(1)[0][0]
-        self.numbered.add(raw)
-        return shmem.wait_name(raw)
 
     def flush(self) -> None:
         c = self.collector
@@ -487,7 +477,7 @@ class MemorySampler:
         meta_pids = sorted(self.meta)
         meta = [self.meta[p] for p in meta_pids]
         raws = sorted(self.raws)
-        waits = [self.name(raw) for raw in raws]
+        waits = [self.names.name(raw) for raw in raws]
         states = sorted(layout.state_names)
         types = sorted(self.types)
         rows = {
@@ -517,17 +507,12 @@ class MemorySampler:
 
     def rename(self) -> None:
         """Waits written under their number and named by the server since."""
-        learnt = [raw for raw in sorted(self.numbered) if raw in self.votes]
-        if not learnt:
-            return
-        self.collector.store.db.execute(
-            RENAME_SQL,
-            {
-                "kind": [shmem.wait_name(raw)[0] for raw in learnt],
-                "number": [shmem.wait_name(raw)[1] for raw in learnt],
-                "event": [self.votes[raw].most_common(1)[0][0][1] for raw in learnt],
-            },
-        )
+        learnt = self.names.learnt()
+        if learnt:
+            kinds, numbers, events = zip(*learnt, strict=True)
+            self.collector.store.db.execute(
+                RENAME_SQL, {"kind": list(kinds), "number": list(numbers), "event": list(events)}
+            )
 
     def close(self) -> None:
         self.reader.close()

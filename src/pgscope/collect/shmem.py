@@ -29,35 +29,19 @@ import os
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from pgscope.collect.bpf import LOCK_TYPES
+from pgscope.collect import waitnames
 
 SHMEM_MAGIC = 679834894  # PGShmemMagic, at the start of the main segment
 CLIENT_READ = 0x06000000  # PG_WAIT_CLIENT | WAIT_EVENT_CLIENT_READ, every version
 TIMEOUT_CLASS = 0x09
 MAX_STRIDE = 4096  # above any PGPROC or PgBackendStatus (~0.9 kB and ~0.4 kB)
 
-# The wait class is the top byte of wait_event_info (utils/wait_event.h), unchanged since 9.6.
-WAIT_CLASSES = {
-    0x01: "LWLock",
-    0x03: "Lock",
-    0x04: "BufferPin",
-    0x05: "Activity",
-    0x06: "Client",
-    0x07: "Extension",
-    0x08: "IPC",
-    0x09: "Timeout",
-    0x0A: "IO",
-    0x0B: "InjectionPoint",
-}
-# A Lock wait's low byte is its lock tag type (storage/lock.h, LockTagType): pg_locks' names,
-# and PostgreSQL 16's apply-transaction lock after them.
-LOCK_TAGS = (*LOCK_TYPES, "applytransaction")
 # pg_stat_activity's states, in BackendState's order after the first one found (PG 18 puts
 # "starting" before "idle"; calibration finds where "idle" is).
 STATES_FROM_IDLE = (
@@ -140,6 +124,10 @@ class Layout:
     type_offset: int  # PgBackendStatus.st_backendType
     client_type: int  # its value for a client backend
     query_id_offset: int | None  # PgBackendStatus.st_query_id (None: query ids are off)
+    # The server's names of the numbered wait classes (waitnames.listed), checked on ClientRead
+    # and PgSleep; empty when there is no list or it failed the check.
+    wait_names: dict[int, tuple[str, str]] = field(default_factory=dict)
+    wait_names_source: str = "none"
 
 
 def _segment(postmaster: int) -> int:
@@ -261,6 +249,14 @@ def calibrate(session: psycopg.Connection[Any], postmaster: int) -> Layout:
     idle = struct.unpack_from("i", idle_status, states[0])[0]
     type_offset = status_pid + 4  # st_backendType follows st_procpid in every version
     client_type = struct.unpack_from("i", idle_status, type_offset)[0]
+    names, source = waitnames.listed(session)
+    sleeping = struct.unpack_from("I", busy_proc, waits[0])[0]
+    if names and (
+        names.get(CLIENT_READ) != ("Client", "ClientRead")
+        or names.get(sleeping) != ("Timeout", "PgSleep")
+    ):
+        # A list in another order than the numbers: unused, not trusted for the rest.
+        names, source = {}, f"{source} (not used: it does not number ClientRead and PgSleep)"
     query_ids = (
         _field(busy_status, busy_status, lambda a, _b: a == query_id % (1 << 64), width=8)
         if query_id
@@ -277,6 +273,8 @@ def calibrate(session: psycopg.Connection[Any], postmaster: int) -> Layout:
         type_offset=type_offset,
         client_type=client_type,
         query_id_offset=query_ids[0] if len(query_ids) == 1 else None,
+        wait_names=names,
+        wait_names_source=source,
     )
 
 
@@ -313,18 +311,6 @@ class _Probe:
         if self.error is not None:
             raise ShmemError(f"calibration query failed: {self.error}")
         return int(self.row[0]) if self.row and self.row[0] is not None else None
-
-
-def wait_name(raw: int) -> tuple[str | None, str | None]:
-    """What a wait_event_info says when the server has not named it for us: its class, and
-    for heavyweight locks the lock tag; other events by number."""
-    if raw == 0:
-        return None, None
-    kind = WAIT_CLASSES.get(raw >> 24, f"class {raw >> 24}")
-    low = raw & 0xFFFF
-    if raw >> 24 == 0x03 and low < len(LOCK_TAGS):
-        return kind, LOCK_TAGS[low]
-    return kind, f"#{low}"
 
 
 def open_segment(layout: Layout) -> tuple[int, int, int]:
