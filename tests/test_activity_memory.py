@@ -11,6 +11,7 @@ import struct
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -280,9 +281,14 @@ def test_wait_numbers_are_named_as_each_version_names_them(
         # LWLocks by id on every version; on 17 and 18 only if the list's names are the
         # server's own (pg_wait_events), every one of them.
         assert layout.wait_names[0x01000008] == ("LWLock", "WALWrite"), layout.wait_names_source
+        assert layout.wait_names[0x03000004] == ("Lock", "tuple")
         idle = cluster.conn.connect(application_name="planted-idle")
         sleeper = cluster.conn.connect(application_name="planted-sleeper")
-        compared: dict[int, tuple[str, str]] = {}
+        # Per number, what the server called it each time ours did not change around its
+        # read. A process can leave its wait and come back to it between our reads (a
+        # background process's main loop wakes), so a rare other name is no misnumbering;
+        # a list out of step with the numbers disagrees every time.
+        seen: dict[int, Counter[tuple[str, str]]] = {}
         reader = shmem.Reader(layout)
         try:
             thread = threading.Thread(
@@ -299,8 +305,7 @@ def test_wait_numbers_are_named_as_each_version_names_them(
                 for pid, kind, event in reported:
                     raw = before.get(pid)
                     if raw is not None and raw == after.get(pid) and raw in layout.wait_names:
-                        assert layout.wait_names[raw] == (kind, event), (hex(raw), kind, event)
-                        compared[raw] = (kind, event)
+                        seen.setdefault(raw, Counter())[(kind, event)] += 1
                 time.sleep(0.05)
         finally:
             reader.close()
@@ -308,6 +313,10 @@ def test_wait_numbers_are_named_as_each_version_names_them(
             thread.join(timeout=10)
             sleeper.close()
             idle.close()
+    compared = {raw: names.most_common(1)[0][0] for raw, names in seen.items()}
+    for raw, names in seen.items():
+        assert layout.wait_names[raw] == compared[raw], (hex(raw), layout.wait_names[raw], names)
+        assert names[compared[raw]] >= 0.8 * sum(names.values()), (hex(raw), names)
     kinds = {kind for kind, _ in compared.values()}
     assert {"Activity", "Client", "Timeout"} <= kinds, compared
     assert sum(kind == "Activity" for kind, _ in compared.values()) >= 3, compared

@@ -403,17 +403,14 @@ class MemorySampler:
             self.meta[pid] = (btype, db, user, app)
             if pid in types_now and btype:
                 self.types.setdefault(types_now[pid], btype)
-            # The server read this process's wait at some instant between our two reads: a
-            # vote for the one of them in the same class. Short waits (LWLocks) rarely last
-            # the whole statement, and waiting for one that did left them unnamed; a vote
-            # for the wrong neighbour is outnumbered over the reads.
-            same_class = {
-                raw
-                for raw in (before.get(pid, 0), after.get(pid, 0))
-                if raw and wtype and waitnames.WAIT_CLASSES.get(raw >> 24) == wtype
-            }
-            if len(same_class) == 1:
-                self.names.vote(same_class.pop(), wtype, event)
+            # The server read this process's wait at some instant between our two reads: when
+            # both saw the same wait, of the class the server reports, a vote for its name.
+            # Either read alone would do for short waits, but a wait always followed by
+            # another of its class then collects the other's votes (waitnames.py).
+            raw = before.get(pid, 0)
+            same_class = wtype and waitnames.WAIT_CLASSES.get(raw >> 24) == wtype
+            if raw and raw == after.get(pid) and same_class:
+                self.names.vote(raw, wtype, event)
             if query is not None and query_id is not None:
                 texts.setdefault(int(query_id), query)
         if texts:

@@ -4,13 +4,14 @@ A process's wait_event_info is a number: its class in the top byte and, below, f
 its event's position in the class's enum; for LWLocks a tranche id, for heavyweight locks the
 lock tag, for extensions an id given out at run time. Three sources name it, best first:
 
+- heavyweight locks' tags (pg_locks' locktype), the same on every version;
 - the server's list of its events in number order: PostgreSQL 17 and later give it for the
   enum classes (pg_get_wait_events() reads an array generated with the enums from one sorted
   list); wait_numbers.toml has the rest, taken from each version's headers and binary
   (scripts/wait-numbers.py): 15's and 16's enum classes, and every version's LWLocks by
   tranche id. shmem.calibrate checks it on ClientRead and PgSleep;
-- what the server reported for a process read just before or after (votes), for the waits
-  the list leaves out (extensions' LWLock tranches and events);
+- what the server reported for a process read in the same wait just before and just after
+  (votes), for the waits the lists leave out (extensions' LWLock tranches and events);
 - the class and number (`LWLock:#72`), renamed at the end if a vote came later.
 
 Without the list, a short wait such as IO:WALSync was rarely caught by a vote and the samples
@@ -45,7 +46,7 @@ WAIT_CLASSES = {
 # The classes whose events are numbered by their place in an enum.
 LISTED_CLASSES = {"BufferPin", "Activity", "Client", "IPC", "Timeout", "IO"}
 CLASS_BYTES = {kind: byte for byte, kind in WAIT_CLASSES.items() if kind in LISTED_CLASSES}
-LWLOCK = 0x01
+LWLOCK, LOCK = 0x01, 0x03
 # A Lock wait's low byte is its lock tag type (storage/lock.h, LockTagType): pg_locks' names,
 # and PostgreSQL 16's apply-transaction lock after them.
 LOCK_TAGS = (*LOCK_TYPES, "applytransaction")
@@ -62,7 +63,7 @@ def number_name(raw: int) -> tuple[str | None, str | None]:
         return None, None
     kind = WAIT_CLASSES.get(raw >> 24, f"class {raw >> 24}")
     low = raw & 0xFFFF
-    if raw >> 24 == 0x03 and low < len(LOCK_TAGS):
+    if raw >> 24 == LOCK and low < len(LOCK_TAGS):
         return kind, LOCK_TAGS[low]
     return kind, f"#{low}"
 
@@ -105,7 +106,13 @@ def listed(session: psycopg.Connection[Any]) -> tuple[dict[int, tuple[str, str]]
             found[CLASS_BYTES[kind] << 24 | position[kind]] = (kind, name)
             position[kind] += 1
     found.update({LWLOCK << 24 | i: ("LWLock", name) for i, name in enumerate(lwlocks) if name})
-    return found, source if found else f"no list for PostgreSQL {major}"
+    if not found:
+        source = f"no list for PostgreSQL {major}"
+    # A heavyweight lock's number is its tag on every version: never left to the votes, which
+    # a wait always followed by another of its class misleads (a tuple lock, then the
+    # transaction holding the row: the reads around Lock:tuple vote Lock:transactionid).
+    found.update({LOCK << 24 | i: ("Lock", tag) for i, tag in enumerate(LOCK_TAGS)})
+    return found, source
 
 
 class WaitNames:
