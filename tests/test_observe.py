@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from pgscope.analyze.diagnose import load_rules
@@ -153,6 +154,19 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
     collectors = {c["name"]: c for c in doc["environment"]["collectors"]}
     assert {"activity", "pgstats", "statements", "pglocks", "host"} <= set(collectors)
     assert all(c["status"] == "complete" for c in collectors.values()), collectors
+    # Every client session sampled is the load's, named from the first sample, whichever
+    # sampler ran (as root: the server's memory, which learns names a second late): none of
+    # pgscope's own, not even its one-statement sessions at the window edges.
+    db = duckdb.connect(str(Path(doc["run_dir"]) / "run.duckdb"), read_only=True)
+    try:
+        others = db.execute(
+            "SELECT pid, application_name, count(*) FROM activity_samples WHERE "
+            "backend_type = 'client backend' AND application_name IS DISTINCT FROM 'pgbench' "
+            "GROUP BY ALL"
+        ).fetchall()
+    finally:
+        db.close()
+    assert not others, others
 
 
 def pgscope_statements(log: Path) -> list[tuple[str, str]]:
@@ -280,7 +294,10 @@ def test_as_root_with_the_data_directory_trace_and_profile_reach_the_report(
     pg: PgBinaries, watched: EmbeddedCluster, tmp_path: Path
 ) -> None:
     """--data-dir as root, --trace and --profile: the lock waits the probes saw and the
-    server's CPU profile are in the observation's report, each layer with what it costs."""
+    server's CPU profile are in the observation's report, each layer with what it costs. The
+    waits come from the server's shared memory (the default `--sampler auto` as root), whose
+    statements are reads too."""
+    logged = len(pgscope_statements(watched.log_path))
     path = tmp_path / "bump.sql"
     path.write_text(SCRIPTS["bump.sql"])
     path.chmod(0o644)
@@ -300,6 +317,16 @@ def test_as_root_with_the_data_directory_trace_and_profile_reach_the_report(
         assert layers[name]["status"] == "seen", layers[name]
         assert layers[name]["cost"], layers[name]
     assert doc["observation"]["own_cpu_share"] is not None
+    sampling = layers["wait sampling"]
+    assert sampling["status"] == "seen" and "shared memory" in sampling["cost"], sampling
+    assert "us each" in sampling["cost"], sampling
+    statements = pgscope_statements(watched.log_path)[logged:]
+    assert any(app == "pgscope-sampler" for app, _ in statements), statements[:5]
+    for app, sql in statements:
+        assert READS.match(sql) or (sql.upper().startswith("WITH") and not WRITES.search(sql)), (
+            app,
+            sql,
+        )
     # The probes saw the row-lock queue: heavyweight waits on transaction ids.
     assert doc["locks"]["traced"]
     waited = {(w["event"], w["object"]) for w in doc["locks"]["lock_waits"]}
@@ -324,6 +351,8 @@ def test_without_root_the_report_says_which_layers_are_missing_and_why(
     doc = json.loads(result.stdout)
     layers = {layer["name"]: layer for layer in doc["observation"]["layers"]}
     assert layers["wait sampling"]["status"] == "seen"
+    # `--sampler auto` without root: through SQL, and the layer says why.
+    assert "needs root" in layers["wait sampling"]["cost"], layers["wait sampling"]
     assert layers["kernel tracing"]["status"] == "unavailable"
     assert "root" in layers["kernel tracing"]["detail"], layers["kernel tracing"]
     assert layers["CPU profile"] == {

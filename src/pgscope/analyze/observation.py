@@ -310,9 +310,17 @@ def _statements_absent(db: duckdb.DuckDBPyConnection) -> bool:
 
 
 def _costs(db: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """What each opt-in layer costs, as `observe` recorded it: collector -> one line."""
+    """What each opt-in layer costs, as `observe` recorded it: collector -> one line; for
+    the wait sampler, which source ran and what its reader cost (collect/activity.py)."""
     rows = db.execute("SELECT detail FROM events WHERE kind = 'cost'").fetchall()
-    return {str(d).split(": ", 1)[0]: str(d).split(": ", 1)[1] for (d,) in rows if ": " in str(d)}
+    costs = {str(d).split(": ", 1)[0]: str(d).split(": ", 1)[1] for (d,) in rows if ": " in str(d)}
+    sampler = db.execute(
+        "SELECT detail FROM events WHERE kind IN ('activity-source', 'activity-cost') "
+        "ORDER BY ts_us"
+    ).fetchall()
+    if sampler:
+        costs["activity"] = "; ".join(str(d) for (d,) in sampler)
+    return costs
 
 
 def _own_cpu(db: duckdb.DuckDBPyConnection) -> float | None:

@@ -36,6 +36,7 @@ import psycopg
 
 from pgscope.collect import shmem, waitnames
 from pgscope.store import now_us
+from pgscope.target import conn
 
 if TYPE_CHECKING:
     import threading
@@ -279,11 +280,14 @@ class MemorySampler:
                         restarted = True
                         continue
                     self._take_in(batch)
-                    if c.stop_event.is_set() or not self._meta_due(batch):
-                        continue
-                    if not self._read_meta():
+                    # Named before written: the first second's processes too.
+                    due = not c.stop_event.is_set() and self._meta_due(batch)
+                    if due and not self._read_meta():
                         helper.stop()
                         restarted = True
+                        continue
+                    if time.monotonic() - c.last_flush >= c.options.flush_s:
+                        self.flush()
             finally:
                 helper.stop()
                 self.helper_cpu_ns += helper.cpu_ns
@@ -343,8 +347,6 @@ class MemorySampler:
         # batch that moves past it.
         for past in sorted(self.open_seconds)[:-1]:
             self._close_second(past)
-        if time.monotonic() - c.last_flush >= c.options.flush_s:
-            self.flush()
         if c.options.blockers and bool(np.any(batch.wait >> 24 == LOCK_CLASS)):
             c._record_blockers()
 
@@ -467,7 +469,11 @@ class MemorySampler:
         state = np.concatenate([b.state for _, b in pending])
         btype = np.concatenate([b.btype for _, b in pending])
         query_id = np.concatenate([b.query_id for _, b in pending])
-        ours = [pid for pid, m in self.meta.items() if (m[3] or "").startswith("pgscope")]
+        named_ours = {pid: (m[3] or "").startswith("pgscope") for pid, m in self.meta.items()}
+        # Ours by name, or by having connected from this process (and not since named as
+        # another's session: a pid is reused).
+        ours = [p for p, mine in named_ours.items() if mine]
+        ours += [p for p in conn.OWN_BACKENDS if p not in named_ours]
         idle_background = (btype != layout.client_type) & np.isin(wait >> 24, IDLE_CLASSES)
         keep = (pid != c.own_pid) & ~np.isin(pid, ours) & ~idle_background
 

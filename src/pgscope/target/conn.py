@@ -17,6 +17,11 @@ from pgscope.errors import TargetError, UsageError
 
 CONNECT_TIMEOUT_S = 10
 APPLICATION_NAME = "pgscope"
+# The server processes of pgscope's own sessions, by pid, as they connect: the sampler that
+# reads the server's memory (collect/activitymem.py) leaves them out even when they end before
+# it has asked their application_name (a collector's one-statement session at a window edge,
+# seen as a ninth client).
+OWN_BACKENDS: set[int] = set()
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class ConnParams:
         except psycopg.OperationalError as exc:
             reason = str(exc).strip() or "no reason given"
             raise TargetError(f"cannot connect to {self.conninfo()}: {reason}") from None
+        OWN_BACKENDS.add(session.info.backend_pid)
         if autocommit:
             _untracked(session)
         return session
