@@ -296,12 +296,12 @@ def test_wait_numbers_are_named_as_each_version_names_them(
             )
             thread.start()
             for _ in range(20):
-                before = _waits(reader, layout)
+                before = reader.waits()
                 reported = session.execute(
                     "SELECT pid, wait_event_type, wait_event FROM pg_stat_activity "
                     "WHERE wait_event IS NOT NULL"
                 ).fetchall()
-                after = _waits(reader, layout)
+                after = reader.waits()
                 for pid, kind, event in reported:
                     raw = before.get(pid)
                     if raw is not None and raw == after.get(pid) and raw in layout.wait_names:
@@ -325,13 +325,3 @@ def test_wait_numbers_are_named_as_each_version_names_them(
 def _quietly(session: psycopg.Connection[tuple[object, ...]], sql: str) -> None:
     with contextlib.suppress(psycopg.Error):  # cancelled at the end
         session.execute(sql)
-
-
-def _waits(reader: shmem.Reader, layout: shmem.Layout) -> dict[int, int]:
-    return dict(
-        zip(
-            reader.column(0, layout.procs.pid_offset),
-            reader.column(0, layout.wait_offset, "I"),
-            strict=True,
-        )
-    )

@@ -386,13 +386,13 @@ class MemorySampler:
         connection was lost (and taken back, or given up: `collector.error` says which)."""
         c = self.collector
         self.last_meta = time.monotonic()
-        before = self._waits_now()
+        before = self.reader.waits()
         try:
             rows = c.session.execute(META_SQL, {"known": sorted(c.known_queries)}).fetchall()
         except psycopg.OperationalError as exc:
             c.reconnect(exc, f"{c.samples} samples")
             return False
-        after = self._waits_now()
+        after = self.reader.waits()
         types_now = dict(
             zip(
                 self.reader.column(1, self.layout.statuses.pid_offset),
@@ -422,15 +422,6 @@ class MemorySampler:
                 [list(texts), list(texts.values()), now_us()],
             )
         return True
-
-    def _waits_now(self) -> dict[int, int]:
-        return dict(
-            zip(
-                self.reader.column(0, self.layout.procs.pid_offset),
-                self.reader.column(0, self.layout.wait_offset, "I"),
-                strict=True,
-            )
-        )
 
     def flush(self) -> None:
         c = self.collector

@@ -350,6 +350,12 @@ class Reader:
         array = self.layout.procs if which == 0 else self.layout.statuses
         return self.views[which][code][offset // 4 :: array.stride // 4].tolist()
 
+    def waits(self) -> dict[int, int]:
+        """Every PGPROC slot's wait_event_info by its pid, as it is now."""
+        layout = self.layout
+        pids = self.column(0, layout.procs.pid_offset)
+        return dict(zip(pids, self.column(0, layout.wait_offset, "I"), strict=True))
+
     def close(self) -> None:
         for views in self.views:
             for view in views.values():
