@@ -75,7 +75,6 @@ SOURCE = Path(__file__).parent / "native" / "shmem_sampler.c"
 HELPER = "pgscope-shmem-sampler"
 MAGIC = 0x53534750
 META_MAX_S = 10.0
-LOCK_CLASS = 0x03  # a heavyweight-lock wait: its blockers are worth reading
 IDLE_CLASSES = (0x05, 0x07)  # Activity, Extension: a background process's main-loop waits
 META_SQL = """
 SELECT pid, backend_type, datname, usename, application_name, wait_event_type, wait_event,
@@ -347,7 +346,8 @@ class MemorySampler:
         # batch that moves past it.
         for past in sorted(self.open_seconds)[:-1]:
             self._close_second(past)
-        if c.options.blockers and bool(np.any(batch.wait >> 24 == LOCK_CLASS)):
+        # A heavyweight-lock wait: its blockers are worth reading.
+        if c.options.blockers and bool(np.any(batch.wait >> 24 == waitnames.LOCK)):
             c._record_blockers()
 
     def _close_second(self, second: int) -> None:

@@ -39,7 +39,7 @@ from pgscope.collect import waitnames
 
 SHMEM_MAGIC = 679834894  # PGShmemMagic, at the start of the main segment
 CLIENT_READ = 0x06000000  # PG_WAIT_CLIENT | WAIT_EVENT_CLIENT_READ, every version
-TIMEOUT_CLASS = 0x09
+TIMEOUT_CLASS = waitnames.CLASS_BYTES["Timeout"]
 MAX_STRIDE = 4096  # above any PGPROC or PgBackendStatus (~0.9 kB and ~0.4 kB)
 
 # pg_stat_activity's states, in BackendState's order after the first one found (PG 18 puts
