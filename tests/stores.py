@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pgscope.collect.activity import SCHEMA as ACTIVITY_SCHEMA
-from pgscope.collect.pgstats import SCHEMA as PGSTATS_SCHEMA
 from pgscope.store import RunMeta, RunStore
 from pgscope.windows import open_windows
 
@@ -39,8 +37,6 @@ def sampled_session(run_dir: Path, lock_share: float) -> Path:
     """A `pgscope sample` session as the activity collector leaves it (its own tables), no
     steps: 300 samples of 8 active sessions, `lock_share` of them waiting on a row lock's
     transaction, the others on CPU."""
-    from pgscope.collect.activity import SCHEMA
-
     store = RunStore.create(
         run_dir,
         RunMeta(run_dir.name, "sample", "pgscope sample", "", "{}", "pgscope sample", "0",
@@ -48,7 +44,7 @@ def sampled_session(run_dir: Path, lock_share: float) -> Path:
     )  # fmt: skip
     store.set_collector("activity", True, None, {"hz": 50})
     store.collector_started("activity")
-    store.ensure_schema(SCHEMA)
+    store.create_tables("activity")
     start, rows = 1_700_000_000_000_000, []
     for n in range(1, 301):
         for pid in range(8):
@@ -84,8 +80,8 @@ def observation_begun(run_dir: Path, started_us: int, who: str) -> RunStore:
     )  # fmt: skip
     store = RunStore.create(run_dir, meta)
     store.db.execute("UPDATE run SET started_us = ?", [started_us])
-    store.ensure_schema(ACTIVITY_SCHEMA)
-    store.ensure_schema(PGSTATS_SCHEMA)
+    store.create_tables("activity")
+    store.create_tables("pgstats")
     open_windows(store)
     for name in ("activity", "pgstats"):
         store.set_collector(name, True, None, {})

@@ -88,7 +88,6 @@ class Ticker(Collector):
         return {"work_mem": "7MB"}
 
     def start(self, ctx: CollectorContext) -> None:
-        ctx.store.ensure_schema("CREATE TABLE IF NOT EXISTS ticks (ts_us BIGINT, step_id INT)")
         self.step_id: int | None = None
         self.done = threading.Event()
         self.steps_seen: list[int] = []
@@ -96,9 +95,11 @@ class Ticker(Collector):
 
         def tick() -> None:
             while not self.done.wait(0.1):
-                store.append(
-                    "ticks", {"ts_us": [time.time_ns() // 1000], "step_id": [self.step_id]}
-                )
+                store.append(  # a table every store has (pgscope.tables declares the rest)
+                    "events",
+                    {"ts_us": [time.time_ns() // 1000], "step_id": [self.step_id],
+                     "kind": ["tick"]},
+                )  # fmt: skip
 
         self.thread = threading.Thread(target=tick, daemon=True)
         self.thread.start()
@@ -160,7 +161,8 @@ def test_a_run_survives_absent_and_crashing_collectors(
         assert rows["test-crashing"][2:] == ("failed", "step start failed: probe vanished")
         assert rows["test-ticker"] == (True, None, "complete", None)
         ticks = db.execute(
-            "SELECT step_id, count(*) FROM ticks WHERE step_id IS NOT NULL GROUP BY 1 ORDER BY 1"
+            "SELECT step_id, count(*) FROM events WHERE kind = 'tick' AND step_id IS NOT NULL "
+            "GROUP BY 1 ORDER BY 1"
         ).fetchall()
         assert [s for s, _ in ticks] == [1, 2, 3]
         assert all(n >= 5 for _, n in ticks), ticks

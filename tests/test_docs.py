@@ -126,7 +126,7 @@ def test_a_flag_that_does_not_exist_is_caught(monkeypatch: pytest.MonkeyPatch) -
 def test_the_versions_the_docs_give_are_the_codes() -> None:
     from pgscope.analyze.model import DOCUMENT_VERSION
     from pgscope.duck import STORAGE_VERSION
-    from pgscope.store import SCHEMA_VERSION
+    from pgscope.tables import STORE_VERSION as SCHEMA_VERSION
 
     store_md = (ROOT / "docs" / "store.md").read_text()
     said = re.search(r"the schema version, currently (\d+)", store_md)

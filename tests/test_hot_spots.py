@@ -23,7 +23,7 @@ from pgscope.analyze.profile import (
     Profile,
     hot_spot,
 )
-from pgscope.collect.profilestore import PROFILE_SCHEMA, store_folded
+from pgscope.collect.profilestore import store_folded
 from pgscope.store import RunMeta, RunStore
 
 FACTS = Path(__file__).parent / "data" / "facts"
@@ -115,7 +115,7 @@ def recorded_run(
         RunMeta(run_dir.name, "hotpage", "test", "", json.dumps({"clients": list(clients)}),
                 "pgscope run hotpage.toml --collectors perf", "0", "embedded", "", {}),
     )  # fmt: skip
-    store.ensure_schema(PROFILE_SCHEMA)
+    store.create_tables("profiles")
     for step_id, n in enumerate(clients, start=1):
         store.begin_step(step_id, "base", n, 1, min(n, 2), 10.0, 2.0, False)
         start = store.query("SELECT started_us FROM steps WHERE step_id = ?", [step_id])[0]

@@ -180,8 +180,8 @@ def test_top_queries_are_the_workloads_not_the_set_up_statements(tmp_path: Path)
     """Sampled inside a step's measured window: the workload. Outside it: pgbench's own
     start-up count(*) and what runs between steps, which are not among the top queries."""
     from pgscope.analyze.load import load_analysis
-    from pgscope.collect.activity import SCHEMA
     from pgscope.duck import connect
+    from pgscope.tables import written_by
     from tests.stores import measured_run
 
     run = measured_run(tmp_path / "20261124-000000-scaling-0000", [(1, 100.0), (2, 190.0)])
@@ -193,7 +193,7 @@ def test_top_queries_are_the_workloads_not_the_set_up_statements(tmp_path: Path)
         query = 1 if inside else 2  # the UPDATE in the windows, count(*) outside them
         rows.append((ts, n, 100, "client backend", "active", None, None, query, "pgbench"))
     with contextlib.closing(connect(str(run / "run.duckdb"))) as db:
-        db.execute(SCHEMA)
+        db.execute("\n".join(t.ddl() for t in written_by("activity")))
         db.executemany(
             "INSERT INTO activity_samples (ts_us, sample_no, pid, backend_type, state, "
             "wait_event_type, wait_event, query_id, application_name) VALUES "

@@ -32,18 +32,14 @@ def connect(
 
 
 def table_exists(db: duckdb.DuckDBPyConnection, name: str) -> bool:
-    """Collectors create their tables when they start: a run without one has none."""
+    """Whether the store's file holds the table: collectors create their tables when they
+    start, so a run without one has none. (A store opened for reading also shows every
+    declared table as a view, empty where the file has none: `pgscope.tables.shadow`.)"""
     row = db.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def column_exists(db: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
-    """Columns added in a later version: a store written before has none."""
-    row = db.execute(
-        "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
-        [table, column],
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ? "
+        "AND table_catalog = current_database() AND table_schema = 'main' "
+        "AND table_type = 'BASE TABLE'",
+        [name],
     ).fetchone()
     return bool(row and row[0])
 

@@ -18,106 +18,13 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from pgscope.duck import STORAGE_VERSION, column_exists, connect, table_exists
+from pgscope import tables
+from pgscope.duck import STORAGE_VERSION, connect, table_exists
 from pgscope.errors import EnvironmentProblem, InputFileError
 
 __all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
 
-# 2: collectors, collector_gaps; 3: timeline.instance, step_instances; 4: steps' transaction
-# outcomes (succeeded ... retries) and workload_error, status "errors"; 5: steps'
-# reconnects and connection_ms (pgbench -C)
-SCHEMA_VERSION = 5
 STORE_FILE = "run.duckdb"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS run (
-    run_id VARCHAR PRIMARY KEY,
-    recipe VARCHAR,
-    spec_source VARCHAR,
-    spec_toml VARCHAR,
-    spec_json VARCHAR,
-    command_line VARCHAR,
-    pgscope_version VARCHAR,
-    target_kind VARCHAR,
-    target_conninfo VARCHAR,
-    server_version VARCHAR,
-    server_version_num INTEGER,
-    host_json VARCHAR,
-    started_us BIGINT,
-    ended_us BIGINT,
-    status VARCHAR,
-    status_reason VARCHAR
-);
-CREATE TABLE IF NOT EXISTS settings (
-    variant VARCHAR, name VARCHAR, setting VARCHAR, unit VARCHAR, source VARCHAR,
-    captured_us BIGINT
-);
-CREATE TABLE IF NOT EXISTS steps (
-    step_id INTEGER PRIMARY KEY,
-    variant VARCHAR NOT NULL,
-    clients INTEGER NOT NULL,
-    repeat INTEGER NOT NULL,
-    threads INTEGER,
-    duration_s DOUBLE,
-    warmup_s DOUBLE,
-    started_us BIGINT,
-    ended_us BIGINT,
-    window_start_us BIGINT,
-    window_end_us BIGINT,
-    status VARCHAR NOT NULL,
-    error VARCHAR,
-    server_restarted BOOLEAN,
-    tps DOUBLE,
-    xacts BIGINT,
-    failed BIGINT,
-    pgbench_tps DOUBLE,
-    latency_mean_ms DOUBLE,
-    p50_ms DOUBLE,
-    p90_ms DOUBLE,
-    p95_ms DOUBLE,
-    p99_ms DOUBLE,
-    p999_ms DOUBLE,
-    max_ms DOUBLE,
-    xact_log VARCHAR,
-    succeeded BIGINT,
-    failed_serialization BIGINT,
-    failed_deadlock BIGINT,
-    failed_other BIGINT,
-    retried BIGINT,
-    retries BIGINT,
-    workload_error VARCHAR,
-    reconnects BOOLEAN,
-    connection_ms DOUBLE
-);
-CREATE TABLE IF NOT EXISTS timeline (
-    step_id INTEGER, ts_us BIGINT, tps DOUBLE, latency_ms DOUBLE, latency_stddev_ms DOUBLE,
-    failed BIGINT, instance INTEGER
-);
-CREATE TABLE IF NOT EXISTS step_instances (
-    step_id INTEGER, instance INTEGER, clients INTEGER, pgbench_tps DOUBLE, error VARCHAR
-);
-CREATE TABLE IF NOT EXISTS latency_seconds (
-    step_id INTEGER, second_us BIGINT, xacts BIGINT, failed BIGINT, p50_ms DOUBLE,
-    p95_ms DOUBLE, p99_ms DOUBLE, max_ms DOUBLE
-);
-CREATE TABLE IF NOT EXISTS events (
-    ts_us BIGINT, step_id INTEGER, kind VARCHAR, detail VARCHAR
-);
-CREATE TABLE IF NOT EXISTS collectors (
-    name VARCHAR PRIMARY KEY,
-    available BOOLEAN NOT NULL,
-    reason VARCHAR,
-    options_json VARCHAR,
-    started_us BIGINT,
-    stopped_us BIGINT,
-    status VARCHAR,
-    error VARCHAR
-);
-CREATE TABLE IF NOT EXISTS collector_gaps (
-    name VARCHAR, start_us BIGINT, end_us BIGINT, reason VARCHAR
-);
-"""
 
 STEP_RESULT_COLUMNS = (
     "window_start_us",
@@ -171,19 +78,28 @@ class RunStore:
     cursor of their own (DuckDB connections are not shared between threads).
     """
 
-    def __init__(self, db: duckdb.DuckDBPyConnection, run_dir: Path) -> None:
+    def __init__(
+        self,
+        db: duckdb.DuckDBPyConnection,
+        run_dir: Path,
+        present: frozenset[str] | None = None,
+    ) -> None:
         self.db = db
         self.run_dir = run_dir
         self._lock = threading.Lock()
+        # Read: the declared tables the file holds (the others read as empty). Written: None,
+        # the file is asked.
+        self._present = present
 
     def writer(self) -> RunStore:
         """A handle for another thread: same file, its own cursor."""
         with self._lock:
-            return RunStore(self.db.cursor(), self.run_dir)
+            return RunStore(self.db.cursor(), self.run_dir, self._present)
 
-    def ensure_schema(self, ddl: str) -> None:
-        """Create a collector's tables (CREATE TABLE IF NOT EXISTS ...)."""
-        self.db.execute(ddl)
+    def create_tables(self, writer: str) -> None:
+        """Create the tables `writer` (a collector's name, "run", "observe") writes, as
+        pgscope.tables declares them."""
+        self.db.execute("\n".join(t.ddl() for t in tables.written_by(writer)))
 
     def append(self, table: str, columns: Mapping[str, Sequence[Any]]) -> int:
         """Append rows given column-wise, in one statement.
@@ -191,6 +107,9 @@ class RunStore:
         DuckDB's executemany costs ~1 ms a row; scanning a dict of NumPy arrays costs ~7 ms
         per 1000 rows, which is what a 50 Hz sampler needs. None becomes NULL.
         """
+        unknown = set(columns) - set(tables.of(table).column_names)
+        if unknown:
+            raise ValueError(f"append to {table}: columns it does not declare: {sorted(unknown)}")
         lengths = {len(v) for v in columns.values()}
         if len(lengths) != 1:
             raise ValueError(f"append to {table}: columns differ in length: {lengths}")
@@ -220,8 +139,8 @@ class RunStore:
             ) from None
         except duckdb.Error as exc:
             raise EnvironmentProblem(f"cannot create the run store in {run_dir}: {exc}") from None
-        db.execute(_SCHEMA)
-        db.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
+        db.execute("\n".join(t.ddl() for t in tables.written_by("run")))
+        db.execute("INSERT INTO schema_info VALUES (?)", [tables.STORE_VERSION])
         db.execute(
             "INSERT INTO run (run_id, recipe, spec_source, spec_toml, spec_json, command_line, "
             "pgscope_version, target_kind, target_conninfo, host_json, started_us, status) "
@@ -244,7 +163,8 @@ class RunStore:
 
     @classmethod
     def open(cls, run_dir: Path) -> RunStore:
-        """Open a finished (or interrupted) run read-only."""
+        """Open a finished (or interrupted) run read-only. Every declared table reads as
+        declared, whichever version wrote the store (`tables.shadow`)."""
         path = run_dir / STORE_FILE
         if not path.is_file():
             raise InputFileError(f"{run_dir}: not a pgscope run folder (no {STORE_FILE})")
@@ -259,13 +179,13 @@ class RunStore:
                     f"{run_dir}: {STORE_FILE} is not a pgscope run store (not a DuckDB file)"
                 ) from None
             raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
-        store = cls(db, run_dir)
-        if not store.has_table("run") or not store.has_table("schema_info"):
+        present = tables.shadow(db)
+        if not {"run", "schema_info"} <= present:
             db.close()
             raise InputFileError(
                 f"{run_dir}: {STORE_FILE} is not a pgscope run store (it has no run table)"
             )
-        return store
+        return cls(db, run_dir, present)
 
     def close(self) -> None:
         self.db.close()
@@ -411,10 +331,10 @@ class RunStore:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def has_table(self, name: str) -> bool:
+        """Whether the store holds the table (a collector that never ran made none)."""
+        if self._present is not None:
+            return name in self._present
         return table_exists(self.db, name)
-
-    def has_column(self, table: str, column: str) -> bool:
-        return column_exists(self.db, table, column)
 
     def run_row(self) -> dict[str, Any]:
         rows = self.query("SELECT * FROM run")

@@ -31,17 +31,6 @@ VARIANT = "observed"
 # every session active in it is in every one of its samples.
 STEADY_SLACK = 0.001
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS windows (
-    step_id INTEGER PRIMARY KEY,  -- the window's row in steps
-    seconds DOUBLE,               -- its length
-    concurrency DOUBLE,           -- client sessions present, time-weighted (see windows.py)
-    sessions INTEGER,             -- distinct client sessions active in it
-    steady BOOLEAN,               -- every session active in it is in all its samples
-    commits DOUBLE,               -- pg_stat_database.xact_commit, summed over databases
-    rollbacks DOUBLE              -- ... xact_rollback
-);
-"""
 
 # Each database's counter at each snapshot, summed over databases per snapshot time.
 _COUNTER = """
@@ -94,13 +83,13 @@ FROM samples LEFT JOIN present USING (step_id) GROUP BY samples.step_id
 
 
 def open_windows(store: RunStore) -> None:
-    store.ensure_schema(SCHEMA)
+    store.create_tables("observe")
 
 
 def close_windows(store: RunStore) -> None:
     """Fill every window's figures in from what the collectors recorded (see the module)."""
     db = store.db
-    store.ensure_schema(SCHEMA)
+    store.create_tables("observe")
     db.execute(
         f"INSERT OR REPLACE INTO windows (step_id, seconds) "
         f"SELECT step_id, (coalesce(ended_us, started_us) - started_us) / 1e6 FROM steps "

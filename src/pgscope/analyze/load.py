@@ -171,17 +171,15 @@ def _step(row: dict[str, Any]) -> Step:
         ended_us=row["ended_us"],
         window_start_us=row["window_start_us"],
         window_end_us=row["window_end_us"],
-        # Stores of schema 3 and older have none of these columns.
-        succeeded_xacts=row.get("succeeded"),
-        failed_serialization=row.get("failed_serialization"),
-        failed_deadlock=row.get("failed_deadlock"),
-        failed_other=row.get("failed_other"),
-        retried_xacts=row.get("retried"),
-        retries=row.get("retries"),
-        workload_error=row.get("workload_error"),
-        # Stores of schema 4 and older have neither.
-        reconnects=row.get("reconnects"),
-        connection_ms=row.get("connection_ms"),
+        succeeded_xacts=row["succeeded"],
+        failed_serialization=row["failed_serialization"],
+        failed_deadlock=row["failed_deadlock"],
+        failed_other=row["failed_other"],
+        retried_xacts=row["retried"],
+        retries=row["retries"],
+        workload_error=row["workload_error"],
+        reconnects=row["reconnects"],
+        connection_ms=row["connection_ms"],
     )
 
 
@@ -193,18 +191,13 @@ def _environment(store: RunStore, run: dict[str, Any], spec: dict[str, Any]) -> 
         settings.setdefault(row["variant"], []).append(
             Setting(row["name"], row["setting"], row["unit"], row["source"])
         )
-    collectors: list[dict[str, Any]] = []
-    gaps: list[dict[str, Any]] = []
-    if store.has_table("collectors"):  # stores of schema version 1 have neither
-        collectors = store.query("SELECT * FROM collectors ORDER BY name")
-        gaps = store.query("SELECT * FROM collector_gaps ORDER BY start_us")
+    collectors = store.query("SELECT * FROM collectors ORDER BY name")
+    gaps = store.query("SELECT * FROM collector_gaps ORDER BY start_us")
     host = dict(json.loads(run["host_json"] or "{}"))
     return Environment(host, settings, spec, collectors, gaps, _wal_device(store))
 
 
 def _wal_device(store: RunStore) -> WalDevice | None:
-    if not store.has_table("wal_device"):
-        return None
     rows = store.query(
         "SELECT folder, device, write_bytes_per_s, flush_seconds FROM wal_device ORDER BY ts_us"
     )
@@ -342,37 +335,32 @@ def _own_checkpoints(
 def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
     walsender = waits.backend_cpu_aas(store.db, "walsender")
     host: list[HostCell] = []
-    if store.has_table("host_cpu"):
-        own, other = (  # runs recorded before these shares were measured have none
-            f"avg(h.{c})" if store.has_column("host_cpu", c) else "NULL"
-            for c in ("own_share", "other_share")
-        )
-        for row in store.query(
-            "SELECT s.variant, s.clients, avg(h.busy) AS busy, avg(h.iowait_share) AS iowait, "
-            "avg(h.steal_share) AS steal, avg(h.server_share) AS server, "
-            f"avg(h.client_share) AS client, {own} AS own, {other} AS other, "
-            "max(h.cpus) AS cpus "
-            "FROM host_cpu h "
-            "JOIN steps s ON h.ts_us BETWEEN s.window_start_us AND s.window_end_us "
-            "GROUP BY ALL ORDER BY ALL"
-        ):
-            if row["busy"] is None:
-                continue
-            host.append(
-                HostCell(
-                    row["variant"],
-                    row["clients"],
-                    row["busy"],
-                    row["iowait"],
-                    row["steal"],
-                    row["server"],
-                    row["client"],
-                    row["cpus"],
-                    walsender.get((row["variant"], row["clients"])),
-                    row["own"],
-                    row["other"],
-                )
+    for row in store.query(
+        "SELECT s.variant, s.clients, avg(h.busy) AS busy, avg(h.iowait_share) AS iowait, "
+        "avg(h.steal_share) AS steal, avg(h.server_share) AS server, "
+        "avg(h.client_share) AS client, avg(h.own_share) AS own, "
+        "avg(h.other_share) AS other, max(h.cpus) AS cpus "
+        "FROM host_cpu h "
+        "JOIN steps s ON h.ts_us BETWEEN s.window_start_us AND s.window_end_us "
+        "GROUP BY ALL ORDER BY ALL"
+    ):
+        if row["busy"] is None:
+            continue
+        host.append(
+            HostCell(
+                row["variant"],
+                row["clients"],
+                row["busy"],
+                row["iowait"],
+                row["steal"],
+                row["server"],
+                row["client"],
+                row["cpus"],
+                walsender.get((row["variant"], row["clients"])),
+                row["own"],
+                row["other"],
             )
+        )
     if not store.has_table("profile_stacks"):
         return Cpu(host, [], None, [])
     cells = []

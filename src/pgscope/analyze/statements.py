@@ -144,8 +144,8 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
             "SELECT queryid FROM statement_texts WHERE query ILIKE 'SET pg_stat_statements.track%'"
         ).fetchall()
     }
-    if table_exists(db, "statement_own"):  # seen running in pgscope's sessions
-        own |= {int(q) for (q,) in db.execute("SELECT queryid FROM statement_own").fetchall()}
+    # seen running in pgscope's sessions
+    own |= {int(q) for (q,) in db.execute("SELECT queryid FROM statement_own").fetchall()}
     statements = [s for s in statements if s.queryid not in own]
     called = {s.queryid for s in statements}
     texts = {
@@ -155,11 +155,9 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
         ).fetchall()
         if int(q) in called
     }
-    plans = (
-        db.execute("SELECT queryid, plan FROM statement_plans WHERE plan IS NOT NULL").fetchall()
-        if table_exists(db, "statement_plans")
-        else []
-    )
+    plans = db.execute(
+        "SELECT queryid, plan FROM statement_plans WHERE plan IS NOT NULL"
+    ).fetchall()
     filters = {str(q): found for q, plan in plans if (found := seq_filters(json.loads(plan)))}
     return Statements(
         read=True,

@@ -45,36 +45,6 @@ from pgscope.target.conn import ConnParams
 
 APPLICATION = "pgscope-sampler"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS activity_samples (
-    ts_us BIGINT NOT NULL,        -- when the sample was taken (host clock)
-    sample_no BIGINT NOT NULL,    -- 1, 2, ... per run
-    pid INTEGER,
-    backend_type VARCHAR,
-    state VARCHAR,                -- active, idle, idle in transaction, ... (NULL: background)
-    wait_event_type VARCHAR,      -- NULL while on CPU (or runnable)
-    wait_event VARCHAR,
-    query_id BIGINT,
-    datname VARCHAR,
-    usename VARCHAR,
-    application_name VARCHAR
-);
-CREATE TABLE IF NOT EXISTS activity_blockers (
-    ts_us BIGINT NOT NULL, pid INTEGER NOT NULL, blocked_by INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS activity_queries (
-    query_id BIGINT PRIMARY KEY, query VARCHAR, first_seen_us BIGINT
-);
-CREATE TABLE IF NOT EXISTS activity_rate (
-    second_us BIGINT NOT NULL,    -- start of the second
-    target_hz DOUBLE,             -- the rate aimed at (lowered by back-off)
-    samples INTEGER,              -- samples taken in the second (= achieved rate)
-    lag_mean_ms DOUBLE,           -- how late samples were, vs their schedule
-    lag_max_ms DOUBLE,
-    query_mean_ms DOUBLE,         -- time to read the status array, per sample
-    query_max_ms DOUBLE
-);
-"""
 
 # One statement = `n` samples, `interval` seconds apart, one result row per sample. Details
 # that matter, each checked against EXPLAIN and against a session whose state alternates:
@@ -285,7 +255,7 @@ class ActivityCollector(PollingCollector):
         return layout
 
     def prepare(self, ctx: CollectorContext) -> None:
-        ctx.store.ensure_schema(SCHEMA)
+        ctx.store.create_tables(self.name)
         self.reconnect_s = self.options.reconnect_s
         self.samples = 0
         self.target_hz = self.options.hz

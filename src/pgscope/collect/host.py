@@ -33,23 +33,6 @@ from pgscope.collect.polling import ThreadCollector
 from pgscope.errors import PgscopeError
 from pgscope.store import now_us
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS host_cpu (
-    ts_us BIGINT NOT NULL,      -- end of the interval (host clock)
-    seconds DOUBLE,             -- length of the interval
-    cpus INTEGER,               -- CPUs pgscope may use (the busy shares are of these)
-    busy DOUBLE,                -- share of CPU time not idle and not iowait, all kinds
-    user_share DOUBLE,          -- user + nice
-    system_share DOUBLE,        -- system + irq + softirq
-    iowait_share DOUBLE,
-    steal_share DOUBLE,         -- taken by the hypervisor for other guests
-    server_share DOUBLE,        -- share of all CPU time used by the servers' processes
-    client_share DOUBLE,        -- ... by pgbench processes started by pgscope
-    own_share DOUBLE,           -- ... by pgscope itself and the tracers it started
-    other_share DOUBLE          -- ... by other user-space processes (not kernel threads)
-);
-"""
-
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -130,7 +113,7 @@ class HostCollector(ThreadCollector):
         return Availability.yes()
 
     def prepare(self, ctx: CollectorContext) -> None:
-        ctx.store.ensure_schema(SCHEMA)
+        ctx.store.create_tables(self.name)
         self.postmaster = ctx.postmaster_pid
         if ctx.postmaster_pid() is None and ctx.env.target_kind == "server":
             # A --dsn names no process: without its postmaster, the server's own processes

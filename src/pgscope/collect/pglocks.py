@@ -41,23 +41,6 @@ from pgscope.store import now_us
 
 APPLICATION = "pgscope-pglocks"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS pglocks_readings (
-    ts_us BIGINT NOT NULL,     -- host clock, when the reading was taken
-    read_ms DOUBLE,            -- how long the reading took, round trip
-    sessions INTEGER,          -- workload sessions holding relation locks
-    locks INTEGER              -- their relation lock entries in all
-);
-CREATE TABLE IF NOT EXISTS pglocks_held (
-    ts_us BIGINT NOT NULL,     -- the reading's
-    pid INTEGER NOT NULL,
-    relname VARCHAR NOT NULL,  -- the table, or the root of its partition tree
-    partitions INTEGER,        -- leaf partitions in that tree (0: not partitioned)
-    relations INTEGER,         -- relations of the tree it has locked: tables and indexes
-    fastpath INTEGER,          -- lock entries taken by fast path (its own slots)
-    shared INTEGER             -- lock entries in the shared lock table
-);
-"""
 
 # Locks on indexes count under their table, and partitions under their tree's root. Catalogs
 # a session is reading count under themselves (they are released at once, rarely seen).
@@ -153,7 +136,7 @@ class PglocksCollector(PollingCollector):
         return session
 
     def prepare(self, ctx: CollectorContext) -> None:
-        ctx.store.ensure_schema(SCHEMA)
+        ctx.store.create_tables(self.name)
         self.reconnect_s = self.options.reconnect_s
         self.readings = 0
         self.pending_held: list[tuple[Any, ...]] = []

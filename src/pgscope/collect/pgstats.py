@@ -32,18 +32,6 @@ from pgscope.collect.base import Availability, CollectorContext, CollectorEnv, S
 from pgscope.collect.polling import PollingCollector
 from pgscope.store import RunStore, now_us
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS pgstats_counters (
-    ts_us BIGINT NOT NULL,     -- host clock, when the snapshot was read
-    source VARCHAR NOT NULL,   -- pg_stat_wal, pg_stat_bgwriter, pg_stat_database, ...
-    object VARCHAR,            -- database name, standby name; NULL for cluster-wide views
-    counter VARCHAR NOT NULL,  -- the view's column
-    value DOUBLE,              -- cumulative (counters) or current (lags, in ms)
-    step_id INTEGER,           -- set on the snapshots taken at a step's boundaries,
-    mark VARCHAR               -- 'start' (just before its load) or 'end' (just after)
-);
-"""
-
 # Each row: (source, object, json of the row). Numeric values are kept; the rest dropped.
 _COMMON_SQL = """
 SELECT 'pg_stat_wal', NULL, row_to_json(w)::text FROM pg_stat_wal w
@@ -141,7 +129,7 @@ class PgstatsCollector(PollingCollector):
         return Availability.yes()
 
     def prepare(self, ctx: CollectorContext) -> None:
-        ctx.store.ensure_schema(SCHEMA)
+        ctx.store.create_tables(self.name)
         self.reconnect_s = self.options.reconnect_s
         self.snapshots = 0
         self.boundary_store = ctx.store  # the main thread's own handle

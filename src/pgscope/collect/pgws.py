@@ -22,16 +22,6 @@ from pgscope.collect.base import Availability, CollectorContext, CollectorEnv
 from pgscope.collect.polling import PollingCollector
 from pgscope.errors import TargetError
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS pgws_history (
-    ts_us BIGINT NOT NULL,     -- the server's sample time (its clock), UTC epoch microseconds
-    pid INTEGER,
-    event_type VARCHAR,
-    event VARCHAR,
-    query_id BIGINT
-);
-"""
-
 HISTORY_SQL = (
     "SELECT (extract(epoch FROM ts) * 1000000)::bigint, pid, event_type, event, queryid "
     "FROM pg_wait_sampling_history WHERE ts > to_timestamp(%s / 1000000.0) ORDER BY ts"
@@ -101,7 +91,7 @@ class PgwsCollector(PollingCollector):
         }
 
     def prepare(self, ctx: CollectorContext) -> None:
-        ctx.store.ensure_schema(SCHEMA)
+        ctx.store.create_tables(self.name)
         self.reconnect_s = self.options.reconnect_s
         self.entries = 0
         if ctx.env.target_kind == "embedded":

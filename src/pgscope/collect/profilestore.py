@@ -11,36 +11,6 @@ from collections import Counter
 
 from pgscope.store import RunStore
 
-PROFILE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS profiles (
-    step_id INTEGER,          -- NULL: a standalone session (pgscope profile)
-    kind VARCHAR NOT NULL,    -- 'cpu' (value = samples) or 'offcpu' (value = microseconds)
-    started_us BIGINT,
-    ended_us BIGINT,
-    hz INTEGER,               -- cpu: sampling frequency
-    total BIGINT,             -- sum of value over the recording's stacks
-    stacks INTEGER,           -- distinct (role, state, stack) rows stored
-    processes INTEGER,        -- distinct processes seen
-    unknown_frames DOUBLE,    -- share of user frames without a symbol
-    note VARCHAR
-);
-CREATE TABLE IF NOT EXISTS profile_processes (
-    step_id INTEGER,
-    kind VARCHAR NOT NULL,
-    pid INTEGER NOT NULL,     -- a process of the cluster that was profiled
-    role VARCHAR NOT NULL,
-    value BIGINT NOT NULL     -- its samples (cpu) or microseconds (offcpu)
-);
-CREATE TABLE IF NOT EXISTS profile_stacks (
-    step_id INTEGER,
-    kind VARCHAR NOT NULL,
-    role VARCHAR NOT NULL,    -- backend, postmaster, walwriter, checkpointer, logger, ...
-    state VARCHAR,            -- offcpu: sleep, disk, runnable (preempted) or other
-    stack VARCHAR NOT NULL,   -- folded frames, root first, ';'-separated; kernel frames '_[k]'
-    value BIGINT NOT NULL
-);
-"""
-
 # The flame-graph tools' mark of a kernel frame; analyze/profile.py splits on it.
 KERNEL_SUFFIX = "_[k]"
 

@@ -24,7 +24,7 @@ from pgscope.collect.base import (
     CollectorError,
     StepInfo,
 )
-from pgscope.collect.profilestore import PROFILE_SCHEMA, store_folded
+from pgscope.collect.profilestore import store_folded
 from pgscope.collect.roles import ProcessRoles
 from pgscope.store import now_us
 
@@ -116,7 +116,7 @@ class ProfileCollector(Collector, Generic[R]):
             raise CollectorError(f"{self.tool} not found in PATH")
         self.tool_binary = path
         self.ctx = ctx
-        ctx.store.ensure_schema(PROFILE_SCHEMA)
+        ctx.store.create_tables("profiles")
         self.in_steps = False
         self._begin(None)  # the session's recording, replaced by steps in a run
 

@@ -44,28 +44,6 @@ from pgscope.store import RunStore, now_us
 
 APPLICATION_NAME = "pgscope-statements"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS statement_readings (
-    step_id INTEGER NOT NULL, mark VARCHAR NOT NULL, ts_us BIGINT NOT NULL,
-    queryid BIGINT NOT NULL, calls DOUBLE, exec_ms DOUBLE, plan_ms DOUBLE, rows DOUBLE,
-    shared_hit DOUBLE, shared_read DOUBLE, shared_dirtied DOUBLE, shared_written DOUBLE,
-    temp_read DOUBLE, temp_written DOUBLE, wal_records DOUBLE, wal_fpi DOUBLE,
-    wal_bytes DOUBLE, jit_ms DOUBLE, read_ms DOUBLE, write_ms DOUBLE
-);
-CREATE TABLE IF NOT EXISTS statement_texts (queryid BIGINT NOT NULL, query VARCHAR);
-CREATE TABLE IF NOT EXISTS statement_own (queryid BIGINT NOT NULL);
-CREATE TABLE IF NOT EXISTS statement_plans (
-    step_id INTEGER NOT NULL, queryid BIGINT NOT NULL, plan VARCHAR, error VARCHAR
-);
-CREATE TABLE IF NOT EXISTS table_readings (
-    step_id INTEGER NOT NULL, mark VARCHAR NOT NULL, ts_us BIGINT NOT NULL,
-    relname VARCHAR NOT NULL, seq_scan DOUBLE, seq_tup_read DOUBLE, idx_scan DOUBLE,
-    idx_tup_fetch DOUBLE, n_tup_ins DOUBLE, n_tup_upd DOUBLE, n_tup_hot_upd DOUBLE,
-    n_tup_del DOUBLE, n_live_tup DOUBLE, n_dead_tup DOUBLE, vacuums DOUBLE, analyzes DOUBLE,
-    heap_blks_read DOUBLE, heap_blks_hit DOUBLE, idx_blks_read DOUBLE, idx_blks_hit DOUBLE,
-    indexes DOUBLE, heap_bytes DOUBLE, index_bytes DOUBLE
-);
-"""
 
 # Column -> the view's names for it, newest first (PostgreSQL renamed some: total_time became
 # total_exec_time in 13, blk_read_time and blk_write_time shared_blk_read_time and
@@ -208,7 +186,7 @@ class StatementsCollector(Collector):
     def start(self, ctx: CollectorContext) -> None:
         self.ctx = ctx
         self.store: RunStore = ctx.store
-        ctx.store.ensure_schema(SCHEMA)
+        ctx.store.create_tables(self.name)
         self.known_texts: dict[int, str] = {}
         self.explained: set[int] = set()
         self.own: set[int] = set()  # pgscope's own statements, as seen so far

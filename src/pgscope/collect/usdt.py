@@ -38,7 +38,7 @@ from pgscope.collect.elfprobes import list_probes
 from pgscope.collect.localserver import local_server_for, running_binary
 from pgscope.collect.usdthost import capability_problems
 from pgscope.collect.usdtoptions import UsdtOptions
-from pgscope.collect.usdtoutput import SCHEMA, UsdtOutput
+from pgscope.collect.usdtoutput import UsdtOutput
 from pgscope.errors import EnvironmentProblem, PgscopeError
 from pgscope.store import RunStore, now_us
 
@@ -99,7 +99,7 @@ class UsdtCollector(Collector):
                 raise CollectorError(
                     f"program {name} cannot trace {self.binary}: {'; '.join(problems)}"
                 )
-        ctx.store.ensure_schema(SCHEMA)
+        ctx.store.create_tables("usdt")
         self._start_tracers(pid)
         ctx.say(
             f"usdt: tracing {', '.join(self.options.program_names())} in the cluster of "

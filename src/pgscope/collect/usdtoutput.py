@@ -25,66 +25,6 @@ from pgscope.collect.bpf import (
 )
 from pgscope.store import RunStore, now_us
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS usdt_seconds (
-    second_us BIGINT NOT NULL,   -- the wall-clock second a flush closed (its start)
-    program VARCHAR NOT NULL,    -- lwlock, lwlock_hold, locks, checkpoint, io
-    start_us BIGINT NOT NULL,    -- what the second's rows cover: from the previous flush
-    end_us BIGINT NOT NULL       --   (or the attach) to this one
-);
-CREATE TABLE IF NOT EXISTS usdt_latency (
-    second_us BIGINT NOT NULL,
-    event VARCHAR NOT NULL,      -- lwlock_wait, lwlock_hold, lock_wait, smgr_read, ...
-    object VARCHAR,              -- LWLock tranche, lock tag type; NULL for io events
-    mode VARCHAR,                -- exclusive/shared/wait_until_free, AccessShareLock, ...
-    count BIGINT NOT NULL,       -- events that ended in the second
-    total_ns BIGINT NOT NULL     -- their summed duration
-);
-CREATE TABLE IF NOT EXISTS usdt_latency_hist (
-    second_us BIGINT NOT NULL,
-    event VARCHAR NOT NULL,
-    object VARCHAR,
-    mode VARCHAR,
-    lo_ns BIGINT NOT NULL,       -- log2 bucket [lo_ns, hi_ns)
-    hi_ns BIGINT NOT NULL,
-    count BIGINT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS usdt_counters (
-    second_us BIGINT NOT NULL,
-    counter VARCHAR NOT NULL,    -- xact_commit, buffer_accesses, deadlocks, ...
-    value BIGINT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS usdt_checkpoints (
-    start_us BIGINT NOT NULL,    -- checkpoint__start: also the checkpoint's id
-    end_us BIGINT,               -- checkpoint__done; NULL when the trace ended first
-    status VARCHAR NOT NULL,     -- complete, incomplete
-    pid INTEGER,
-    flags INTEGER,
-    flags_text VARCHAR,          -- as the server log says it: immediate force wait ...
-    total_ns BIGINT,
-    phases_ns BIGINT,            -- the sum of the phases measured (usdt_checkpoint_phases)
-    buffers_total INTEGER,       -- NBuffers
-    buffers_to_write INTEGER,    -- dirty buffers marked for this checkpoint
-    buffers_written INTEGER,     -- shared buffers it wrote (pg_stat_bgwriter.buffers_checkpoint)
-    flushes BIGINT,              -- buffer flushes timed (usdt_checkpoint_flush_hist)
-    flush_ns BIGINT              -- their summed latency: time spent writing, sleeps excluded
-);
-CREATE TABLE IF NOT EXISTS usdt_checkpoint_phases (
-    checkpoint_start_us BIGINT NOT NULL,
-    seq SMALLINT NOT NULL,       -- order within the checkpoint
-    phase VARCHAR NOT NULL,      -- prepare, clog, subtrans, multixact, marking, write, sync, ...
-    start_us BIGINT NOT NULL,
-    end_us BIGINT NOT NULL,
-    duration_ns BIGINT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS usdt_checkpoint_flush_hist (
-    checkpoint_start_us BIGINT NOT NULL,
-    lo_ns BIGINT NOT NULL,
-    hi_ns BIGINT NOT NULL,
-    count BIGINT NOT NULL
-);
-"""
-
 
 @dataclass
 class Cumulative:

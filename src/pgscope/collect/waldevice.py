@@ -41,18 +41,6 @@ from pgscope.collect.base import (
 from pgscope.errors import PgscopeError
 from pgscope.store import now_us
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS wal_device (
-    ts_us BIGINT NOT NULL,      -- when the probe ended (host clock)
-    folder VARCHAR,             -- the WAL's folder (links followed), where known
-    device VARCHAR,             -- its device, major:minor, where known
-    write_bytes_per_s DOUBLE,   -- WAL written and flushed per second in 1 MiB commits
-    write_bytes BIGINT,         -- WAL timed for that rate (the first commit not counted)
-    write_seconds DOUBLE,
-    flush_seconds DOUBLE        -- median time of a commit of one byte of WAL (round trip too)
-);
-"""
-
 CHUNK = 1 << 20
 MAX_BYTES = 32 << 20
 MAX_SECONDS = 0.5
@@ -148,7 +136,7 @@ class WalDeviceCollector(Collector):
         except PgscopeError as exc:  # unreachable
             raise CollectorError(str(exc)) from None
         folder, device = _device(ctx.data_dir)
-        ctx.store.ensure_schema(SCHEMA)
+        ctx.store.create_tables(self.name)
         ctx.store.append(
             "wal_device",
             {

@@ -1,0 +1,78 @@
+"""What kernel-side tracing recorded: the usdt collector's bpftrace programs, flushed once a
+second (LWLock and lock waits, I/O, checkpoints phase by phase)."""
+
+from pgscope.tables import table
+
+TABLES = (
+    table(
+        "usdt_seconds",
+        "usdt",
+        "second_us BIGINT NOT NULL",
+        "program VARCHAR NOT NULL",
+        "start_us BIGINT NOT NULL",
+        "end_us BIGINT NOT NULL",
+    ),
+    table(
+        "usdt_latency",
+        "usdt",
+        "second_us BIGINT NOT NULL",
+        "event VARCHAR NOT NULL",
+        "object VARCHAR",
+        "mode VARCHAR",
+        "count BIGINT NOT NULL",
+        "total_ns BIGINT NOT NULL",
+    ),
+    table(
+        "usdt_latency_hist",
+        "usdt",
+        "second_us BIGINT NOT NULL",
+        "event VARCHAR NOT NULL",
+        "object VARCHAR",
+        "mode VARCHAR",
+        "lo_ns BIGINT NOT NULL",
+        "hi_ns BIGINT NOT NULL",
+        "count BIGINT NOT NULL",
+    ),
+    table(
+        "usdt_counters",
+        "usdt",
+        "second_us BIGINT NOT NULL",
+        "counter VARCHAR NOT NULL",
+        "value BIGINT NOT NULL",
+    ),
+    table(
+        "usdt_checkpoints",
+        "usdt",
+        "start_us BIGINT NOT NULL",
+        "end_us BIGINT",
+        "status VARCHAR NOT NULL",
+        "pid INTEGER",
+        "flags INTEGER",
+        "flags_text VARCHAR",
+        "total_ns BIGINT",
+        "phases_ns BIGINT",
+        "buffers_total INTEGER",
+        "buffers_to_write INTEGER",
+        "buffers_written INTEGER",
+        "flushes BIGINT",
+        "flush_ns BIGINT",
+    ),
+    table(
+        "usdt_checkpoint_phases",
+        "usdt",
+        "checkpoint_start_us BIGINT NOT NULL",
+        "seq SMALLINT NOT NULL",
+        "phase VARCHAR NOT NULL",
+        "start_us BIGINT NOT NULL",
+        "end_us BIGINT NOT NULL",
+        "duration_ns BIGINT NOT NULL",
+    ),
+    table(
+        "usdt_checkpoint_flush_hist",
+        "usdt",
+        "checkpoint_start_us BIGINT NOT NULL",
+        "lo_ns BIGINT NOT NULL",
+        "hi_ns BIGINT NOT NULL",
+        "count BIGINT NOT NULL",
+    ),
+)
