@@ -11,7 +11,7 @@ import pytest
 
 from pgscope.analyze.absence import Absence
 from pgscope.analyze.diagnose import Finding, NotAssessed, diagnose, evaluate, load_rules
-from pgscope.analyze.facts import FactSheet
+from pgscope.analyze.facts import Fact, FactSheet
 
 FACTS = Path(__file__).parent / "data" / "facts"
 RECORDED = sorted(FACTS.glob("*.json"))
@@ -26,7 +26,7 @@ def recorded(path: Path) -> tuple[str, list[FactSheet]]:
 def sheet(variant: str | None = "base", clients: int = 8, **facts: float) -> FactSheet:
     made = FactSheet(variant, clients)
     for name, value in facts.items():
-        made.add(name.replace("__", "."), value, "share", "test", name)
+        made.put(Fact(name.replace("__", "."), value, "share", "test", name))
     return made
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pgscope.analyze.diagnose import Finding, evaluate, load_rules
-from pgscope.analyze.facts import FactSheet
+from pgscope.analyze.facts import Fact, FactSheet
 from pgscope.drive.pgbench import analyse_logs, workload_error
 from tests.conftest import diagnosis, pgscope, run_doc, top_finding
 
@@ -85,7 +85,7 @@ def test_an_error_of_the_workloads_sql_is_its_message() -> None:
 def _sheet(**facts: float) -> FactSheet:
     made = FactSheet("base", 4)
     for name, value in facts.items():
-        made.add(name.replace("__", "."), value, "share", "test", name)
+        made.put(Fact(name.replace("__", "."), value, "share", "test", name))
     return made
 
 
@@ -103,14 +103,20 @@ def test_the_rule_is_silent_where_nothing_fails() -> None:
 
 def test_the_rule_names_the_cause_and_quotes_the_server() -> None:
     failing = FactSheet("base", 2)
-    failing.add("xact.workload_error", 1.0, "share", "pgbench log", 'every transaction fails: "x"')
-    failing.add("xact.cause.workload_error", 1.0, "share", "pgbench log", '"division by zero"')
+    failing.put(
+        Fact("xact.workload_error", 1.0, "share", "pgbench log", 'every transaction fails: "x"')
+    )
+    failing.put(
+        Fact("xact.cause.workload_error", 1.0, "share", "pgbench log", '"division by zero"')
+    )
     found = evaluate(RULE, failing, ADVICE)
     assert isinstance(found, Finding) and found.confidence == "high"
     assert found.title == 'Transactions fail: "division by zero"'
     assert "fix the statement" in found.recommendations[0]
     serial = _sheet(xact__failed_share=0.4, xact__serialization_share=0.4)
-    serial.add("xact.cause.serialization", 0.4, "share", "pgbench log", "serialization failures")
+    serial.put(
+        Fact("xact.cause.serialization", 0.4, "share", "pgbench log", "serialization failures")
+    )
     found = evaluate(RULE, serial, ADVICE)
     assert isinstance(found, Finding) and found.title.endswith("serialization failures")
     assert "--max-tries" in found.recommendations[0]

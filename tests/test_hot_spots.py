@@ -14,7 +14,7 @@ import pytest
 
 from pgscope.analyze.diagnose import Finding, diagnose, evaluate, load_rules
 from pgscope.analyze.load import load_analysis
-from pgscope.analyze.model import FactSheet, RunAnalysis
+from pgscope.analyze.model import Fact, FactSheet, RunAnalysis
 from pgscope.analyze.profile import (
     SNAPSHOT_FUNCTIONS,
     SPIN_FUNCTIONS,
@@ -215,7 +215,7 @@ def sheet(**facts: float) -> FactSheet:
     made = FactSheet("base", 64, peak=True)
     for name, value in facts.items():
         unit = "count" if name == "cpu__samples" else "share"
-        made.add(name.replace("__", "."), value, unit, "test", name)
+        made.put(Fact(name.replace("__", "."), value, unit, "test", name))
     return made
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pgscope.analyze.facts import WAIT_GROUPS
+from pgscope.analyze.facts.waits import WAIT_GROUPS
 from pgscope.analyze.waits import renamed_waits
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults

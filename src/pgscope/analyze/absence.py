@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pgscope.analyze.model import RunAnalysis
 
 STATEMENTS_EXTENSION = "pg_stat_statements"
-# How FACT_SOURCES (diagnose.py) name a collector.
+# How a fact kind's `needs` names a collector (analyze/facts/).
 _COLLECTOR = re.compile(r"\bthe (\w+) collector\b")
 
 
@@ -27,7 +27,7 @@ class Absence:
     selected: frozenset[str] | None = None  # the collectors selected; None: not recorded
 
     def why(self, source: str) -> list[str]:
-        """Why this run lacks the evidence `source` (a FACT_SOURCES description) would give:
+        """Why this run lacks the evidence `source` (a fact kind's `needs`) would give:
         a reason for each collector it names, or none when one of them ran (the evidence
         could have come, and did not: nothing to explain)."""
         if source.startswith(STATEMENTS_EXTENSION) and STATEMENTS_EXTENSION in self.reasons:

@@ -25,6 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from pgscope.analyze.absence import Absence
+from pgscope.analyze.facts import kind
+from pgscope.analyze.facts.cell import TPS
+from pgscope.analyze.facts.scaling import BEST_CLIENTS
+from pgscope.analyze.facts.variants import LOSS
+from pgscope.analyze.facts.waits import SHARE
+from pgscope.analyze.facts.work import TOP_SHARE
 from pgscope.analyze.model import (
     Diagnosis,
     Fact,
@@ -55,38 +61,6 @@ OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
     "<=": operator.le,
     "<": operator.lt,
-}
-# Which collector (or experiment design) gives each family of facts: said when a rule cannot
-# be assessed for lack of them.
-FACT_SOURCES = {
-    "wait.": "the activity collector",
-    "sessions.": "the activity collector",
-    "host.": "the host collector",
-    "wal.device": "the waldevice collector (clusters pgscope starts)",
-    "wal.": "the pgstats collector",
-    "log.": "the pgstats collector (and a server log directory)",
-    "rows_per_commit": "the pgstats collector",
-    "dip.": "a checkpoint or action during steps",
-    "cpu.": "the perf collector",
-    "lwlock.": "the usdt collector's lwlock program or the activity collector",
-    "lock.": "the usdt collector's locks program",
-    "checkpoint.": "the usdt collector's checkpoint program and a checkpoint during steps",
-    "usl.": "a sweep of 3 or more client counts",
-    "scaling.": "a sweep of 2 or more client counts",
-    "variants.": "variants that change the setting in question",
-    "stmt.": "pg_stat_statements (the statements collector)",
-    "buffers.": "pg_stat_statements (the statements collector)",
-    # Rows read per row returned: the rows returned are the statements'.
-    "scan.seq_rows_per_row": "pg_stat_statements (the statements collector)",
-    "scan.": "the statements collector (table statistics)",
-    "plan.": "the statements collector's EXPLAIN of generic plans (embedded clusters only)",
-    "table.": "the statements collector (table statistics)",
-    "xact.": "pgbench's transaction log",
-    "conn.session": "the pgstats collector (pg_stat_database.sessions, PostgreSQL 14+)",
-    "conn.server_cpu": "the host collector",
-    "conn.": "pgbench's summary (its connection time)",
-    "locks.manager_share": "the activity collector or the usdt collector's lwlock program",
-    "locks.": "the pglocks collector, and its readings catching sessions that hold locks",
 }
 
 
@@ -127,9 +101,30 @@ def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str
     )
     data = tomllib.loads(text)
     rules = [Rule(**rule) for rule in data["rules"]]
+    for rule in rules:
+        unknown = [name for name in _named_facts(rule) if kind(name) is None]
+        if unknown:
+            raise ValueError(
+                f"rule {rule.id} names facts no family declares (analyze/facts/): "
+                f"{', '.join(dict.fromkeys(unknown))}"
+            )
     # per LWLock tranche; per cause of failure; per caller of a CPU hot spot
     tables = ("lwlock_advice", "cause_advice", "caller_advice")
     return rules, {k: list(v) for t in tables for k, v in data.get(t, {}).items()}
+
+
+def _named_facts(rule: Rule) -> list[str]:
+    """Every fact a rule names: what it scores, requires, is weakened or ruled out by, shows,
+    takes its title from, and what its advice quotes or is left out for."""
+    names = [*rule.score, *rule.evidence]
+    names += [cond[0] for cond in (*rule.require, *rule.weaken, *rule.unless)]
+    names += [n for n in (rule.name_from, rule.quote_from) if n is not None]
+    for entry in rule.recommendations:
+        text = entry if isinstance(entry, str) else entry["text"]
+        names += _FACT_IN_TEXT.findall(text)
+        if not isinstance(entry, str):
+            names += [cond[0] for cond in entry.get("unless", [])]
+    return names
 
 
 def _resolve(sheet: FactSheet, name: str) -> Fact | None:
@@ -171,12 +166,11 @@ def _advice(entries: list[str | dict[str, Any]], sheet: FactSheet) -> list[str]:
 
 
 def _needs(missing: list[str]) -> list[str]:
+    """What the run would need to measure the missing facts (each kind says)."""
     needs = []
     for name in missing:
-        source = next(
-            (s for prefix, s in FACT_SOURCES.items() if name.startswith(prefix)),
-            "a measurement this run lacks",
-        )
+        declared = kind(name)
+        source = declared.needs if declared is not None else "a measurement this run lacks"
         if source not in needs:
             needs.append(source)
     return needs
@@ -273,7 +267,7 @@ def diagnose(
             finding.specific = not shared
             finding.breadth = len(mine) / len(targets)
         findings += mine
-    loss = {s.variant: s.value("variants.loss_vs_fastest") or 0.0 for s in variant_sheets}
+    loss = {s.variant: s.value(LOSS.name) or 0.0 for s in variant_sheets}
     symptoms = {r.id for r in rules if r.symptom}
     lost = {r.id for r in rules if r.lost_work}
 
@@ -359,17 +353,17 @@ def _where_time_goes(sheets: list[FactSheet]) -> str:
     judge (the top statement, the most common wait), at the slowest variant's peak."""
     if not sheets:
         return ""
-    sheet = min(sheets, key=lambda s: s.value("tps") or 0.0)
+    sheet = min(sheets, key=lambda s: s.value(TPS.name) or 0.0)
     shown = []
-    top = sheet.get("stmt.top_share")
+    top = sheet.get(TOP_SHARE.name)
     if top is not None:
         statement = top.label.split(": its share")[0]
         shown.append(f"{statement} took {top.shown()} of the execution time")
-    waits = [f for n, f in sheet.facts.items() if n.startswith("wait.share.")]
+    waits = [f for n, f in sheet.facts.items() if SHARE.matches(n)]
     if waits:
         wait = max(waits, key=lambda f: f.value)
         shown.append(
-            f"the most common wait was {wait.name.removeprefix('wait.share.')} "
+            f"the most common wait was {wait.name.removeprefix(SHARE.prefix)} "
             f"({wait.shown()} of active time)"
         )
     if not shown:
@@ -394,7 +388,7 @@ def without_steps(command: str, where_time_went: list[tuple[str, float]]) -> str
 def _verdict(
     findings: list[Finding], sheets: list[FactSheet], weak: bool, symptoms: set[str]
 ) -> str:
-    if not findings and not any(s.value("tps") for s in sheets):
+    if not findings and not any(s.value(TPS.name) for s in sheets):
         return (
             "Nothing to diagnose: no step measured any throughput (see the run's status and "
             "the steps' errors)."
@@ -417,7 +411,7 @@ def _verdict(
     )
     opening = ""
     if sheet is not None:
-        best, tps = sheet.value("scaling.best_clients"), sheet.value("tps")
+        best, tps = sheet.value(BEST_CLIENTS.name), sheet.value(TPS.name)
         if best is not None and sheet.clients and best < sheet.clients:
             opening = f"Throughput stops growing at {n_clients(best)}. "
         elif tps is not None and sheet.clients:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 
 from pgscope.analyze.diagnose import diagnose
-from pgscope.analyze.facts import live_sheet
+from pgscope.analyze.facts.windows import live_sheet
 from pgscope.analyze.model import Finding
 from pgscope.analyze.waits import CLIENTS, Profile
 

@@ -28,7 +28,8 @@ from pgscope.analyze import (
 )
 from pgscope.analyze.absence import absent_evidence
 from pgscope.analyze.diagnose import diagnose, judge_window, without_steps
-from pgscope.analyze.facts import extract, worst_window_sheet
+from pgscope.analyze.facts import extract, read_evidence
+from pgscope.analyze.facts.windows import worst_window_sheet
 from pgscope.analyze.model import (
     Checkpoints,
     Cpu,
@@ -58,13 +59,13 @@ MAX_FLAMES = 3  # per kind: beyond that the report gets long and heavy (~300 kB 
 def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
     """A run's analysis and diagnosis; a damaged store is a one-line error."""
     try:
-        measured = _read(run_dir, bootstrap)
+        measured, evidence = _read(run_dir, bootstrap)
     except duckdb.Error as exc:
         reason = " ".join(str(exc).split())[:200]
         raise InputFileError(
             f"{run_dir}: the run store is damaged or from an unknown version: {reason}"
         ) from None
-    sheets = extract(measured)
+    sheets = extract(measured, evidence)
     diagnosis = diagnose(sheets, absence=absent_evidence(measured))
     if measured.session:
         entries = measured.waits.overall.entries[:3] if measured.waits else []
@@ -78,10 +79,11 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
     return dataclasses.replace(measured, facts=sheets, diagnosis=diagnosis)
 
 
-def _read(run_dir: Path, bootstrap: int) -> RunAnalysis:
+def _read(run_dir: Path, bootstrap: int) -> tuple[RunAnalysis, dict[str, Any]]:
+    """The run's sections, and what each family of facts reads of its own."""
     store = RunStore.open(run_dir)
     try:
-        return _sections(store, run_dir, bootstrap)
+        return _sections(store, run_dir, bootstrap), read_evidence(store)
     finally:
         store.close()
 

@@ -41,12 +41,54 @@ DOCUMENT_VERSION = 2
 # Evidence: facts, and what the rules made of them
 
 
+UNITS = frozenset(
+    {"share", "ms", "µs", "tps", "ratio", "bytes", "bytes/s", "count", "clients", "coefficient",
+     "yes/no"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FactKind:
+    """A kind of fact, declared once (in its family's module under `analyze/facts/`): its
+    name, unit, what it is, what a run needs to measure it, and where it can come from. A
+    kind whose name ends in `.<what>` is a set of facts, one per thing it names
+    (`wait.share.<event>`: `wait.share.IO:WALSync`, ...)."""
+
+    name: str
+    unit: str
+    label: str  # what it is, in words; a sheet's fact says it of its cell
+    needs: str  # what a run needs to measure it (said when a rule cannot be assessed)
+    sources: tuple[str, ...]  # the collectors or analyses it comes from, the usual first
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"fact {self.name}: unit {self.unit!r} is not one of {sorted(UNITS)}")
+
+    @property
+    def named(self) -> bool:
+        """A set of facts, one per thing (an event, a table): its name ends in `.<what>`."""
+        return self.name.endswith(">")
+
+    @property
+    def prefix(self) -> str:
+        return self.name[: self.name.rindex("<")] if self.named else self.name
+
+    def of(self, thing: str) -> str:
+        """The name of this set's fact about `thing`."""
+        assert self.named, self.name
+        return f"{self.prefix}{thing}"
+
+    def matches(self, name: str) -> bool:
+        if self.named:
+            return name.startswith(self.prefix) and len(name) > len(self.prefix)
+        return name == self.name
+
+
 @dataclass(frozen=True)
 class Fact:
     name: str
     value: float
-    # "share", "ms", "µs", "tps", "ratio", "bytes", "bytes/s", "count", "clients", "coefficient"
-    unit: str
+    unit: str  # one of UNITS
     source: str  # the collector or analysis it came from
     label: str  # what it is, in words
 
@@ -88,9 +130,30 @@ class FactSheet:
     facts: dict[str, Fact] = field(default_factory=dict)
     peak: bool = True
 
-    def add(self, name: str, value: float | None, unit: str, source: str, label: str) -> None:
+    def add(
+        self,
+        kind: FactKind,
+        value: float | None,
+        label: str,
+        *,
+        thing: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        """The fact of `kind` (of `thing`, for a kind that names one), unless unmeasured
+        (None); its unit comes from the kind, its source is the kind's usual one unless
+        `source` names another of the kind's."""
+        name = kind.of(thing) if thing is not None else kind.name
+        if not kind.matches(name):
+            raise ValueError(f"fact {name!r} is not of kind {kind.name!r}")
+        came = source or kind.sources[0]
+        if came not in kind.sources:
+            raise ValueError(f"fact {name}: source {came!r} is not one of {kind.sources}")
         if value is not None:
-            self.facts[name] = Fact(name, float(value), unit, source, label)
+            self.facts[name] = Fact(name, float(value), kind.unit, came, label)
+
+    def put(self, fact: Fact) -> None:
+        """A fact read back, or one fact standing for another (the top tranche's)."""
+        self.facts[fact.name] = fact
 
     def get(self, name: str) -> Fact | None:
         return self.facts.get(name)

@@ -7,21 +7,25 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from pgscope.analyze.facts.cell import P95, TPS
+from pgscope.analyze.facts.counters import FPI_PER_XACT, LOG_RATE, ROWS_PER_COMMIT, WAL_PER_XACT
+from pgscope.analyze.facts.host import WALSENDER_CPU
+from pgscope.analyze.facts.waits import CLASS, GROUPS
 from pgscope.analyze.model import RunAnalysis
 
 # (column title, fact, format) for the evidence table; a column shows only if measured.
 EVIDENCE_COLUMNS = (
-    ("p95 ms", "p95_ms", "{:.2f}"),
-    ("IPC:SyncRep", "wait.syncrep", "{:.0%}"),
-    ("Lock waits", "wait.class.Lock", "{:.0%}"),
-    ("walsender CPU", "wait.walsender_cpu", "{:.2f}"),
-    ("WAL B/xact", "wal.bytes_per_xact", "{:,.0f}"),
-    ("FPI/xact", "wal.fpi_per_xact", "{:.2f}"),
-    ("rows/commit", "rows_per_commit", "{:.1f}"),
-    ("log MB/s", "log.bytes_per_s", "{:.2f}"),
+    ("p95 ms", P95.name, "{:.2f}"),
+    ("IPC:SyncRep", GROUPS["syncrep"].name, "{:.0%}"),
+    ("Lock waits", CLASS.of("Lock"), "{:.0%}"),
+    ("walsender CPU", WALSENDER_CPU.name, "{:.2f}"),
+    ("WAL B/xact", WAL_PER_XACT.name, "{:,.0f}"),
+    ("FPI/xact", FPI_PER_XACT.name, "{:.2f}"),
+    ("rows/commit", ROWS_PER_COMMIT.name, "{:.1f}"),
+    ("log MB/s", LOG_RATE.name, "{:.2f}"),
 )
 # Facts in bytes/s shown in MB/s.
-_SCALE = {"log.bytes_per_s": 1e-6}
+_SCALE = {LOG_RATE.name: 1e-6}
 
 
 def _fmt(value: float | None, pattern: str) -> str:
@@ -45,7 +49,7 @@ def evidence_table(analysis: RunAnalysis) -> tuple[list[str], list[list[str]]]:
         [
             s.variant or "",
             str(s.clients),
-            _fmt(s.value("tps"), "{:,.0f}"),
+            _fmt(s.value(TPS.name), "{:,.0f}"),
             *(
                 _fmt(None if (v := s.value(fact)) is None else v * _SCALE.get(fact, 1.0), fmt)
                 for _, fact, fmt in shown

@@ -131,8 +131,7 @@ def markdown() -> str:
     lines = ["| table | written by | columns |", "|---|---|---|"]
     for t in declared().values():
         columns = ", ".join(
-            f"`{c.name}` {c.type}{f' (v{c.since})' if c.since > t.since else ''}"
-            for c in t.columns
+            f"`{c.name}` {c.type}{f' (v{c.since})' if c.since > t.since else ''}" for c in t.columns
         )
         since = f" (v{t.since})" if t.since > 1 else ""
         lines.append(f"| `{t.name}`{since} | {t.writer} | {columns} |")

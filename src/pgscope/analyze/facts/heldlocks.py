@@ -5,30 +5,89 @@ in; and what taking them costs, from the best source at hand: the LockManager LW
 or sampled share of active time, and the CPU spent in the lock manager where it was profiled.
 
 From the `held_locks` section (the pglocks collector) and facts already on the sheet (the
-wait, tracing and profile facts), so it runs after them.
+wait, tracing and profile facts), so it comes after those families.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+from pgscope.analyze.facts import CellFacts, FactKind, FactSheet, Family
+from pgscope.analyze.facts.cpu import profile_cell
+from pgscope.analyze.facts.tracedlocks import LWLOCK_SHARE, LWLOCK_TRACED
+from pgscope.analyze.facts.waits import AAS, CLASS, SHARE
 from pgscope.analyze.heldlocks import FASTPATH_SLOTS
-from pgscope.analyze.model import FactSheet, RunAnalysis
 from pgscope.words import n_clients
 
-SOURCE = "pglocks"
+PGLOCKS = "the pglocks collector, and its readings catching sessions that hold locks"
+SOURCES = ("pglocks",)
 # Inclusive on-CPU time in these is the heavyweight lock manager's: taking a lock (fast path
 # or the shared table with its partition LWLock) and releasing one or all at transaction end.
 LOCK_MANAGER_FUNCTIONS = ("LockAcquireExtended", "LockRelease", "LockReleaseAll")
 
+SESSIONS_SEEN = FactKind(
+    "locks.sessions_seen",
+    "count",
+    "busy sessions caught in the readings of pg_locks",
+    PGLOCKS,
+    SOURCES,
+)
+PER_BACKEND = FactKind(
+    "locks.per_backend",
+    "count",
+    f"relations locked by a busy session, on average, against {FASTPATH_SLOTS} fast-path slots",
+    PGLOCKS,
+    SOURCES,
+)
+NON_FASTPATH = FactKind(
+    "locks.non_fastpath_share",
+    "share",
+    "relation lock entries in the shared lock table rather than a session's fast-path slots",
+    PGLOCKS,
+    SOURCES,
+)
+TABLE = FactKind(
+    "locks.table.<table>",
+    "count",
+    "relations of a table (its partitions and indexes) locked by a busy session",
+    PGLOCKS,
+    SOURCES,
+)
+CPU_LOCK_MANAGER = FactKind(
+    "cpu.lock_manager",
+    "share",
+    f"on-CPU samples taking and releasing heavyweight locks ({', '.join(LOCK_MANAGER_FUNCTIONS)})",
+    "the perf collector",
+    ("perf",),
+)
+MANAGER_CPU = FactKind(
+    "locks.manager_cpu",
+    "share",
+    "on CPU taking and releasing heavyweight locks: share of active time",
+    "the perf collector",
+    ("perf",),
+)
+MANAGER_SHARE = FactKind(
+    "locks.manager_share",
+    "share",
+    "LWLock:LockManager waits (the shared lock table's partitions): share of active time",
+    "the activity collector or the usdt collector's lwlock program",
+    ("usdt", "activity"),
+)
 
-def lock_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> None:
-    _held_facts(sheet, analysis, variant, n)
-    _cpu_fact(sheet, analysis, variant, n)
-    _manager_fact(sheet, n)
+
+class HeldLockFamily(Family):
+    name = "heldlocks"
+    order = 120
+
+    def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
+        _held_facts(sheet, cell)
+        _cpu_fact(sheet, cell)
+        _manager_fact(sheet, cell.clients)
 
 
-def _held_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> None:
+def _held_facts(sheet: FactSheet, cell: CellFacts) -> None:
+    analysis, variant, n = cell.analysis, cell.variant, cell.clients
     section = analysis.held_locks
     if not section.read:
         return
@@ -46,14 +105,12 @@ def _held_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
         return
     sessions = sum(h.sessions for h in held)
     seen = f"{sessions} busy session(s) caught in {readings} reading(s) of pg_locks {where}"
-    sheet.add("locks.sessions_seen", sessions, "count", SOURCE, seen)
+    sheet.add(SESSIONS_SEEN, sessions, seen)
     if not sessions:
         return
     sheet.add(
-        "locks.per_backend",
+        PER_BACKEND,
         sum(h.relations for h in held) / sessions,
-        "count",
-        SOURCE,
         f"relations locked by a busy session, on average, against {FASTPATH_SLOTS} fast-path "
         f"slots ({seen})",
     )
@@ -61,10 +118,8 @@ def _held_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
     shared = sum(h.shared for h in held)
     if fastpath + shared:
         sheet.add(
-            "locks.non_fastpath_share",
+            NON_FASTPATH,
             shared / (fastpath + shared),
-            "share",
-            SOURCE,
             f"relation lock entries in the shared lock table rather than a session's "
             f"fast-path slots, {where}",
         )
@@ -77,29 +132,21 @@ def _held_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -
     for rel, count in relations.items():
         tree = f"{partitions[rel]} partitions" if partitions[rel] else "not partitioned"
         sheet.add(
-            f"locks.table.{rel}",
+            TABLE,
             count / sessions,
-            "count",
-            SOURCE,
             f"relations of {rel} ({tree}) locked by a busy session, each partition and index "
             f"one, {where}",
+            thing=rel,
         )
 
 
-def _cpu_fact(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> None:
-    cell = next((p for p in analysis.cpu.profiles if p.variant == variant and p.clients == n), None)
-    if cell is None or not cell.functions.total:
+def _cpu_fact(sheet: FactSheet, cell: CellFacts) -> None:
+    profile = profile_cell(cell)
+    if profile is None:
         return
-    table = cell.functions
+    table = profile.functions
     inside = sum(table.total_values.get(f, 0) for f in LOCK_MANAGER_FUNCTIONS)
-    sheet.add(
-        "cpu.lock_manager",
-        inside / table.total,
-        "share",
-        "perf",
-        f"on-CPU samples taking and releasing heavyweight locks "
-        f"({', '.join(LOCK_MANAGER_FUNCTIONS)}) at {n_clients(n)}",
-    )
+    sheet.add(CPU_LOCK_MANAGER, inside / table.total, f"{CPU_LOCK_MANAGER.label} {cell.where}")
 
 
 def _manager_fact(sheet: FactSheet, n: int) -> None:
@@ -108,30 +155,27 @@ def _manager_fact(sheet: FactSheet, n: int) -> None:
     counts 0 where either measured. `locks.manager_cpu`: where the CPU was profiled, the
     time on CPU in the lock manager as a share of active time too (its share of the CPU
     samples times the sessions' on-CPU share of active time), so the two add up."""
-    cpu, on_cpu = sheet.get("cpu.lock_manager"), sheet.get("wait.class.CPU")
+    cpu, on_cpu = sheet.get(CPU_LOCK_MANAGER.name), sheet.get(CLASS.of("CPU"))
     if cpu is not None and on_cpu is not None:
         sheet.add(
-            "locks.manager_cpu",
+            MANAGER_CPU,
             cpu.value * on_cpu.value,
-            "share",
-            "perf",
             f"on CPU taking and releasing heavyweight locks: share of active time at {n} "
             f"clients ({cpu.shown()} of the CPU samples, {on_cpu.shown()} of active time on CPU)",
         )
-    traced = sheet.get("lwlock.traced_share")
+    traced = sheet.get(LWLOCK_TRACED.name)
     if traced is not None:
-        share = sheet.get("lwlock.share.LockManager")
+        share = sheet.get(LWLOCK_SHARE.of("LockManager"))
         value, source, how = (share.value if share else 0.0), "usdt", "traced in the kernel"
-    elif sheet.get("wait.aas") is not None:
-        share = sheet.get("wait.share.LWLock:LockManager")
+    elif sheet.get(AAS.name) is not None:
+        share = sheet.get(SHARE.of("LWLock:LockManager"))
         value, source, how = (share.value if share else 0.0), "activity", "sampled"
     else:
         return
     sheet.add(
-        "locks.manager_share",
+        MANAGER_SHARE,
         value,
-        "share",
-        source,
         f"LWLock:LockManager waits (the shared lock table's partitions, {how}): share of "
         f"active time at {n_clients(n)}",
+        source=source,
     )

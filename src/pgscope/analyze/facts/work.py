@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from pgscope.analyze.model import FactSheet, RunAnalysis
+from pgscope.analyze.facts import CellFacts, FactKind, FactSheet, Family
 from pgscope.analyze.statements import (
     BLOCK_BYTES,
     TABLE_GAUGES,
@@ -26,7 +26,155 @@ from pgscope.words import n_clients, plain
 # A statement touching this many blocks (8 kB) per row it returns reads far more than it
 # gives: a lookup by index touches 3-5 (the tree's levels and the heap page).
 SCAN_BLOCKS_PER_ROW = 100
-SOURCE = "statements"
+SOURCES = ("statements",)
+PGSS = "pg_stat_statements (the statements collector)"
+TABLES = "the statements collector (table statistics)"
+PLANS = "the statements collector's EXPLAIN of generic plans (embedded clusters only)"
+
+SEQ_FILTER = FactKind(
+    "plan.seq_filter.<table>",
+    "share",
+    "the busiest statement whose generic plan filters a table by a sequential scan: its share "
+    "of the statements' execution time",
+    PLANS,
+    SOURCES,
+)
+TOP_SHARE = FactKind(
+    "stmt.top_share",
+    "share",
+    "the busiest statement's share of the statements' execution time",
+    PGSS,
+    SOURCES,
+)
+TOP_ROWS_PER_CALL = FactKind(
+    "stmt.top.rows_per_call",
+    "count",
+    "rows returned or changed per call of the busiest statement",
+    PGSS,
+    SOURCES,
+)
+TOP_BLOCKS_PER_ROW = FactKind(
+    "stmt.top.blocks_per_row",
+    "count",
+    "shared blocks touched per row of the busiest statement (a lookup by index touches 3-5)",
+    PGSS,
+    SOURCES,
+)
+SCAN_HEAVY = FactKind(
+    "stmt.scan_heavy_share",
+    "share",
+    f"execution time in statements touching ≥{SCAN_BLOCKS_PER_ROW} blocks per row they return",
+    PGSS,
+    SOURCES,
+)
+TEMP_SHARE = FactKind(
+    "stmt.temp_share",
+    "share",
+    "execution time in statements that write temporary files",
+    PGSS,
+    SOURCES,
+)
+TEMP_PER_CALL = FactKind(
+    "stmt.temp_bytes_per_call",
+    "bytes",
+    "temporary file bytes written per call of the busiest statement that writes them",
+    PGSS,
+    SOURCES,
+)
+WORK_MEM_FIT = FactKind(
+    "stmt.work_mem_fit",
+    "bytes",
+    "a work_mem that would keep that statement in memory",
+    PGSS,
+    SOURCES,
+)
+WRITE_SHARE = FactKind(
+    "stmt.write_share",
+    "share",
+    "execution time in statements that write WAL (change rows)",
+    PGSS,
+    SOURCES,
+)
+WAL_TOP = FactKind(
+    "stmt.wal_top_share",
+    "share",
+    "the statement writing most WAL: its share of the WAL",
+    PGSS,
+    SOURCES,
+)
+PLAN_SHARE = FactKind(
+    "stmt.plan_share", "share", "planning's share of the statements' time", PGSS, SOURCES
+)
+MISS_SHARE = FactKind(
+    "buffers.miss_share",
+    "share",
+    "shared blocks not found in shared_buffers (read from the OS)",
+    PGSS,
+    SOURCES,
+)
+SEQ_SHARE = FactKind(
+    "scan.seq_share",
+    "share",
+    "rows read by sequential scans, of all rows read from tables",
+    TABLES,
+    SOURCES,
+)
+# Rows read per row returned: the rows returned are the statements'.
+SEQ_ROWS_PER_ROW = FactKind(
+    "scan.seq_rows_per_row",
+    "count",
+    "rows read by sequential scans per row the statements returned",
+    PGSS,
+    SOURCES,
+)
+SEQ_ROWS = FactKind(
+    "scan.seq_rows.<table>",
+    "count",
+    "rows of a table read by sequential scans per transaction",
+    TABLES,
+    SOURCES,
+)
+READ_SHARE = FactKind(
+    "table.read_share",
+    "share",
+    "share of the rows read from tables that come from the most-read",
+    TABLES,
+    SOURCES,
+)
+READ_DEAD_SHARE = FactKind(
+    "table.read_dead_share", "share", "dead rows in the most-read table", TABLES, SOURCES
+)
+READ_DEAD = FactKind(
+    "table.read_dead.<table>", "share", "dead rows' share of a table", TABLES, SOURCES
+)
+READ_BLOCKS_PER_ROW = FactKind(
+    "table.read_blocks_per_row",
+    "ratio",
+    "heap blocks of the most-read table touched per live row read",
+    TABLES,
+    SOURCES,
+)
+NON_HOT = FactKind(
+    "table.non_hot_share",
+    "share",
+    "updates of the most-written table that could not be HOT (each writes every index)",
+    TABLES,
+    SOURCES,
+)
+INDEX_WRITES_PER_ROW = FactKind(
+    "table.index_writes_per_row",
+    "count",
+    "index entries written per row changed in the most-written table",
+    TABLES,
+    SOURCES,
+)
+INDEX_WRITES = FactKind(
+    "table.index_writes.<table>",
+    "count",
+    "index entries written per row changed in a table",
+    TABLES,
+    SOURCES,
+)
 
 
 @dataclass
@@ -61,12 +209,21 @@ def _quoted(text: str | None, width: int = 90) -> str:
     return f'"{flat[:width]}{"…" if len(flat) > width else ""}"'
 
 
-def work_facts(sheet: FactSheet, analysis: RunAnalysis, variant: str, n: int) -> None:
-    section = analysis.statements
+class WorkFamily(Family):
+    name = "work"
+    order = 100
+
+    def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
+        work_facts(sheet, cell)
+
+
+def work_facts(sheet: FactSheet, cell: CellFacts) -> None:
+    section = cell.analysis.statements
     if not section.read:
         return
-    steps = {s.step_id for s in analysis.steps if s.variant == variant and s.clients == n}
-    xacts = sum(s.xacts or 0 for s in analysis.steps if s.step_id in steps)
+    n = cell.clients
+    steps = {s.step_id for s in cell.steps()}
+    xacts = sum(s.xacts or 0 for s in cell.steps())
     statements = _summed([s for s in section.statements if s.step_id in steps], "queryid")
     tables = _summed([t for t in section.tables if t.step_id in steps], "relname")
     rows_returned = None
@@ -93,14 +250,13 @@ def _plan_facts(
     scan = filters[queryid][0]
     columns = ", ".join(scan.columns) or "?"
     sheet.add(
-        f"plan.seq_filter.{scan.relation}",
+        SEQ_FILTER,
         statements[queryid]["exec_ms"] / total_ms,
-        "share",
-        SOURCE,
         f"query {queryid} {_quoted(texts.get(queryid))}, whose generic plan reads {scan.relation} "
         f"by a sequential scan with the filter {scan.filter} (an index to try: CREATE INDEX "
         f"CONCURRENTLY ON {scan.relation} ({columns})); its share of the statements' execution "
         f"time at {n_clients(n)}",
+        thing=scan.relation,
     )
 
 
@@ -125,24 +281,18 @@ def _statement_facts(
 
     top_id, top = max(work.items(), key=lambda kv: kv[1]["exec_ms"])
     sheet.add(
-        "stmt.top_share",
+        TOP_SHARE,
         top["exec_ms"] / total_ms,
-        "share",
-        SOURCE,
         f"{name(top_id)}: its share of the statements' execution time at {n_clients(n)}",
     )
     sheet.add(
-        "stmt.top.rows_per_call",
+        TOP_ROWS_PER_CALL,
         top["rows"] / top["calls"],
-        "count",
-        SOURCE,
         f"rows returned or changed per call of query {top_id}",
     )
     sheet.add(
-        "stmt.top.blocks_per_row",
+        TOP_BLOCKS_PER_ROW,
         (top["shared_hit"] + top["shared_read"]) / max(top["rows"], top["calls"]),
-        "count",
-        SOURCE,
         f"shared blocks touched per row of query {top_id} (a lookup by index touches 3-5)",
     )
     heavy = {
@@ -152,76 +302,60 @@ def _statement_facts(
     }
     heaviest = max(heavy, key=lambda q: heavy[q]["exec_ms"], default=None)
     sheet.add(
-        "stmt.scan_heavy_share",
+        SCAN_HEAVY,
         share(heavy),
-        "share",
-        SOURCE,
         f"execution time in statements touching ≥{SCAN_BLOCKS_PER_ROW} blocks per row they "
         f"return{f', most of it {name(heaviest)}' if heaviest else ''}, at {n_clients(n)}",
     )
     spilling = {q: s for q, s in work.items() if s["temp_written"] > 0}
     sheet.add(
-        "stmt.temp_share",
+        TEMP_SHARE,
         share(spilling),
-        "share",
-        SOURCE,
         f"execution time in statements that write temporary files, at {n_clients(n)}",
     )
     if spilling:
         spill_id, spill = max(spilling.items(), key=lambda kv: kv[1]["exec_ms"])
         per_call = spill["temp_written"] * BLOCK_BYTES / spill["calls"]
         sheet.add(
-            "stmt.temp_bytes_per_call",
+            TEMP_PER_CALL,
             per_call,
-            "bytes",
-            SOURCE,
             f"temporary file bytes written per call of {name(spill_id)}",
         )
         fit_mb = 1
         while fit_mb * 2**20 < 2 * per_call:  # in memory a sort takes about twice its file
             fit_mb *= 2
         sheet.add(
-            "stmt.work_mem_fit",
+            WORK_MEM_FIT,
             fit_mb * 2**20,
-            "bytes",
-            SOURCE,
             f"a work_mem that would keep it in memory: {fit_mb} MB (set per session or role)",
         )
     writing = {q: s for q, s in work.items() if s["wal_bytes"] > 0}
     sheet.add(
-        "stmt.write_share",
+        WRITE_SHARE,
         share(writing),
-        "share",
-        SOURCE,
         f"execution time in statements that write WAL (change rows), at {n_clients(n)}",
     )
     wal_total = sum(s["wal_bytes"] for s in writing.values())
     if wal_total > 0:
         wal_id, wal = max(writing.items(), key=lambda kv: kv[1]["wal_bytes"])
         sheet.add(
-            "stmt.wal_top_share",
+            WAL_TOP,
             wal["wal_bytes"] / wal_total,
-            "share",
-            SOURCE,
             f"{name(wal_id)}: its share of the WAL the statements wrote at {n_clients(n)}, "
             f"{_kib(wal['wal_bytes'] / wal['calls'])} of WAL per call",
         )
     plan_ms = sum(s["plan_ms"] for s in work.values())
     sheet.add(
-        "stmt.plan_share",
+        PLAN_SHARE,
         plan_ms / (plan_ms + total_ms),
-        "share",
-        SOURCE,
         f"planning's share of the statements' time at {n_clients(n)}",
     )
     hit = sum(s["shared_hit"] for s in work.values())
     read = sum(s["shared_read"] for s in work.values())
     if hit + read > 0:
         sheet.add(
-            "buffers.miss_share",
+            MISS_SHARE,
             read / (hit + read),
-            "share",
-            SOURCE,
             f"shared blocks not found in shared_buffers (read from the OS) at {n_clients(n)}",
         )
     return sum(s["rows"] for s in work.values())
@@ -236,30 +370,25 @@ def _table_facts(
     fetched = sum(t["idx_tup_fetch"] for t in tables.values())
     if seq + fetched > 0:
         sheet.add(
-            "scan.seq_share",
+            SEQ_SHARE,
             seq / (seq + fetched),
-            "share",
-            SOURCE,
             f"rows read by sequential scans, of all rows read from tables, at {n_clients(n)}",
         )
     if rows_returned:
         sheet.add(
-            "scan.seq_rows_per_row",
+            SEQ_ROWS_PER_ROW,
             seq / rows_returned,
-            "count",
-            SOURCE,
             f"rows read by sequential scans per row the statements returned, at {n_clients(n)}",
         )
     if xacts:
         for rel, t in tables.items():
             if t["seq_tup_read"] > 0:
                 sheet.add(
-                    f"scan.seq_rows.{rel}",
+                    SEQ_ROWS,
                     t["seq_tup_read"] / xacts,
-                    "count",
-                    SOURCE,
                     f"rows of {rel} read by sequential scans per transaction "
                     f"({plain(t['seq_scan'] / xacts, 2)} scans per transaction)",
+                    thing=rel,
                 )
     _dead_row_facts(sheet, tables, n)
     _index_write_facts(sheet, tables, n)
@@ -277,34 +406,27 @@ def _dead_row_facts(sheet: FactSheet, tables: dict[str, _Sum], n: int) -> None:
     if rows <= 0:
         return
     sheet.add(
-        "table.read_share",
+        READ_SHARE,
         read[rel] / total,
-        "share",
-        SOURCE,
         f"share of the rows read from tables that come from {rel}, at {n_clients(n)}",
     )
     sheet.add(
-        "table.read_dead_share",
+        READ_DEAD_SHARE,
         t["n_dead_tup"] / rows,
-        "share",
-        SOURCE,
         f"dead rows in {rel}, the most-read table: {t['n_dead_tup']:,.0f} dead, "
         f"{t['n_live_tup']:,.0f} live",
     )
     sheet.add(
-        f"table.read_dead.{rel}",
+        READ_DEAD,
         t["n_dead_tup"] / rows,
-        "share",
-        SOURCE,
         f"dead rows' share of {rel}",
+        thing=rel,
     )
     blocks = t["heap_blks_hit"] + t["heap_blks_read"]
     if read[rel] > 0 and blocks > 0:
         sheet.add(
-            "table.read_blocks_per_row",
+            READ_BLOCKS_PER_ROW,
             blocks / read[rel],
-            "ratio",
-            SOURCE,
             f"heap blocks of {rel} touched per live row read",
         )
 
@@ -321,25 +443,20 @@ def _index_write_facts(sheet: FactSheet, tables: dict[str, _Sum], n: int) -> Non
     entries = t["indexes"] * (t["n_tup_ins"] + non_hot)
     if t["n_tup_upd"] > 0:
         sheet.add(
-            "table.non_hot_share",
+            NON_HOT,
             non_hot / t["n_tup_upd"],
-            "share",
-            SOURCE,
             f"updates of {rel} that could not be HOT (each writes every index)",
         )
     per_row = entries / written[rel]
     sheet.add(
-        "table.index_writes_per_row",
+        INDEX_WRITES_PER_ROW,
         per_row,
-        "count",
-        SOURCE,
         f"index entries written per row changed in {rel}, the most-written table "
         f"({t['indexes']:.0f} indexes) at {n_clients(n)}",
     )
     sheet.add(
-        f"table.index_writes.{rel}",
+        INDEX_WRITES,
         per_row,
-        "count",
-        SOURCE,
         f"index entries written per row changed in {rel}",
+        thing=rel,
     )
