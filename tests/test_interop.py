@@ -121,7 +121,9 @@ def _with_big_query_ids(run_dir: Path) -> RunAnalysis:
 
     analysis = load_analysis(_small_run(run_dir), bootstrap=0)
     counters = dict.fromkeys(
-        f.name for f in dataclasses.fields(StatementStep) if f.name not in ("step_id", "queryid")
+        f.name
+        for f in dataclasses.fields(StatementStep)
+        if f.name not in ("step_id", "queryid", "toplevel")
     )
     return dataclasses.replace(
         analysis,

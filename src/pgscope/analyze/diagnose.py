@@ -1,6 +1,10 @@
-"""The diagnosis: facts -> ranked findings, by the rules in rules.toml (data a reader can
-review). Each finding carries its confidence, the facts behind it (with their collector),
-what would refute it, and what to try. Weak or contradictory evidence is said as such.
+"""The diagnosis: facts and the account of active time -> ranked findings. The rules in
+rules.toml judge facts; the heavy paths of the account (analyze/paths.py) are findings too,
+interpreted by mechanisms.toml, and a path a rule's mechanism interprets joins that rule's
+finding (its title then names the statement, node, relation or holder, and its share is the
+path's). Each finding carries its confidence, the facts behind it (with their collector),
+what would refute it, and what to try. Weak or contradictory evidence is said as such, and
+so is what the account could not follow.
 
 Ranking, in a run with variants: findings specific to some variants (or about the variants
 against each other) before those every variant shares, since in a comparison the shared ones
@@ -10,7 +14,9 @@ full scan or a spilling sort explains a CPU that is busy: "CPU-bound" alone does
 why); then confidence; then, among
 equally confident findings, the narrower one, which fewer variants show, since it is what sets
 the variants apart (in the syncrep recipe commits flush WAL in five variants but wait for a
-standby in four); then the score.
+standby in four); then the share of active time it explains (its path's, where the account
+measured one); then the score. A heavy path no mechanism interprets and whose node shows no
+waste (an index lookup of one row) says where the time goes, after every cause and symptom.
 """
 
 from __future__ import annotations
@@ -24,8 +30,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pgscope.analyze import paths
 from pgscope.analyze.absence import Absence
+from pgscope.analyze.account import Account, account_of
 from pgscope.analyze.facts import kind
+from pgscope.analyze.facts.account import (
+    PATH_NODE_SHARE,
+    PATH_SAMPLES,
+    PATH_SHARE,
+    PATH_STATEMENT_SHARE,
+)
 from pgscope.analyze.facts.cell import TPS
 from pgscope.analyze.facts.scaling import BEST_CLIENTS
 from pgscope.analyze.facts.variants import LOSS
@@ -243,6 +257,7 @@ def diagnose(
     rules: list[Rule] | None = None,
     advice: dict[str, list[str]] | None = None,
     absence: Absence | None = None,
+    accounts: list[Account] | None = None,
 ) -> Diagnosis:
     if rules is None or advice is None:
         rules, advice = load_rules()
@@ -259,6 +274,7 @@ def diagnose(
         found[rule.id] = [o for o in outcomes if isinstance(o, Finding)]
         not_assessed += [o for o in outcomes if isinstance(o, NotAssessed)]
     _drop_superseded(rules, found)
+    from_paths = _path_findings(accounts or [], variant_sheets, found)
     for rule in rules:
         targets = run_sheets if rule.scope == "run" else variant_sheets
         mine = found[rule.id]
@@ -267,22 +283,190 @@ def diagnose(
             finding.specific = not shared
             finding.breadth = len(mine) / len(targets)
         findings += mine
+    findings += from_paths
     loss = {s.variant: s.value(LOSS.name) or 0.0 for s in variant_sheets}
     symptoms = {r.id for r in rules if r.symptom}
     lost = {r.id for r in rules if r.lost_work}
 
-    def rank(f: Finding) -> tuple[bool, bool, bool, int, bool, float, float]:
+    def rank(f: Finding) -> tuple[bool, bool, bool, bool, int, bool, float, float, float]:
         slower = loss.get(f.variant, 0.0) >= LOSS_THRESHOLD
         level = LEVELS.index(f.confidence)
-        return (f.specific, slower, f.id not in symptoms, level, f.id in lost, -f.breadth, f.score)
+        # Then the one explaining more of the active time (its path's share, where the
+        # account measured it), not the larger score of a rule.
+        share = f.share if f.share is not None else min(1.0, f.score)
+        cause = f.id not in symptoms
+        return (
+            f.specific,
+            slower,
+            cause and not f.plain,
+            cause,
+            level,
+            f.id in lost,
+            -f.breadth,
+            share,
+            f.score,
+        )
 
     findings.sort(key=rank, reverse=True)
     reported = [f for f in findings if f.confidence != "low"] or findings[:3]
-    weak = not any(f.confidence != "low" for f in findings)
+    weak = not any(f.confidence != "low" and not f.plain for f in findings)
     verdict = _verdict(reported, variant_sheets, weak, symptoms)
-    if not reported or weak or reported[0].id in symptoms:
+    if not reported or weak or reported[0].id in symptoms or reported[0].plain:
         verdict += _where_time_goes(variant_sheets)
+    verdict += _unsure(accounts or [], variant_sheets)
     return Diagnosis(verdict, reported, not_assessed, weak)
+
+
+def _account_of(accounts: list[Account], sheet: FactSheet) -> Account | None:
+    return account_of(accounts, sheet.variant, sheet.clients)
+
+
+def _path_findings(
+    accounts: list[Account], sheets: list[FactSheet], found: dict[str, list[Finding]]
+) -> list[Finding]:
+    """Each variant's heavy paths as findings. A path a rule's mechanism interprets joins that
+    rule's finding on the variant (its title then names the path, its share is the path's);
+    the others stand as findings of their own. A mechanism's finding drops the findings it
+    supersedes on its variant (a foreign key's check scan says more than 'sequential scans')."""
+    out: list[Finding] = []
+    for sheet in sheets:
+        account = _account_of(accounts, sheet)
+        if account is None or account.samples < paths.MIN_SAMPLES:
+            continue
+        for group in _grouped(paths.readings(account, limit=8)):
+            reading, share = group[0], sum(r.path.share for r in group)
+            mechanism = reading.mechanism
+            rule_id = mechanism.rule if mechanism is not None else None
+            mine = [f for f in found.get(rule_id or "", []) if f.variant == sheet.variant]
+            named = paths.describe(reading.path, share) + (
+                f" (and {len(group) - 1} more path(s) like it)" if len(group) > 1 else ""
+            )
+            names = [n.name for n in reading.path.nodes[1:]]
+            if mine:
+                merged = mine[0]
+                merged.title = f"{merged.title}: {named}"
+                merged.share = share
+                merged.named, merged.path = named, names
+                merged.evidence = [*_path_evidence(reading, share), *merged.evidence]
+                merged.recommendations = [*reading.recommendations, *merged.recommendations]
+                if LEVELS.index(reading.confidence) > LEVELS.index(merged.confidence):
+                    merged.confidence = reading.confidence
+                continue
+            plain = mechanism is None and not _wasteful(reading.path.deepest)
+            out.append(
+                Finding(
+                    mechanism.id if mechanism is not None else "heavy-path",
+                    f"{reading.title}: {named}",
+                    reading.confidence,
+                    share,
+                    sheet.variant,
+                    sheet.clients,
+                    _path_evidence(reading, share),
+                    reading.refute,
+                    reading.recommendations,
+                    share=share,
+                    path=names,
+                    named=named,
+                    plain=plain,
+                )
+            )
+            if mechanism is not None:
+                for other in mechanism.supersedes:
+                    found[other] = [f for f in found.get(other, []) if f.variant != sheet.variant]
+    return out
+
+
+def _grouped(readings: list[paths.Reading]) -> list[list[paths.Reading]]:
+    """Readings of one cause together: the same mechanism on the same table (or, for a
+    statement's waits, the same mechanism), heaviest first."""
+    groups: dict[tuple[str, object], list[paths.Reading]] = {}
+    for r in readings:
+        mechanism = r.mechanism.id if r.mechanism is not None else r.path.deepest.name
+        table = r.interpreted.detail.get("table") or r.interpreted.detail.get("relation")
+        groups.setdefault((mechanism, table), []).append(r)
+    return list(groups.values())
+
+
+def _wasteful(node: object) -> bool:
+    """Whether a node no mechanism interprets still shows work to cut: rows thrown away, a
+    node run many times, a slow call, many rows; a lookup of a few rows is not."""
+    detail = getattr(node, "detail", {})
+    kind = getattr(node, "kind", "")
+    if kind in ("trigger", "function", "nested", "lock", "holder"):
+        return True
+    if kind != "plan":
+        return kind == "statement" and detail.get("event") not in (None, "CPU")
+    numbers = {k: v for k, v in detail.items() if isinstance(v, int | float)}
+    return (
+        numbers.get("removed_share", 0) >= 0.5
+        or numbers.get("loops_per_execution", 0) >= 10
+        or numbers.get("ms_per_execution", 0) >= 1.0
+        or numbers.get("rows_per_execution", 0) >= 1000
+        or numbers.get("temp_kb_per_execution", 0) > 0
+    )
+
+
+def _path_evidence(reading: paths.Reading, share: float) -> list[Fact]:
+    path = reading.path
+    statement = path.statement
+    facts = [
+        Fact(PATH_SHARE.name, share, PATH_SHARE.unit, "activity", PATH_SHARE.label),
+        Fact(
+            PATH_SAMPLES.name,
+            float(path.deepest.samples),
+            PATH_SAMPLES.unit,
+            "activity",
+            PATH_SAMPLES.label,
+        ),
+    ]
+    if statement is not None:
+        facts.append(
+            Fact(
+                PATH_STATEMENT_SHARE.name,
+                statement.share,
+                PATH_STATEMENT_SHARE.unit,
+                "activity",
+                f"{PATH_STATEMENT_SHARE.label}: {statement.name}",
+            )
+        )
+        if statement.share > 0 and path.deepest is not statement:
+            facts.append(
+                Fact(
+                    PATH_NODE_SHARE.name,
+                    min(1.0, path.deepest.share / statement.share),
+                    PATH_NODE_SHARE.unit,
+                    path.deepest.source,
+                    f"{path.deepest.name}: its share of the statement's time",
+                )
+            )
+    return facts
+
+
+def _unsure(accounts: list[Account], sheets: list[FactSheet]) -> str:
+    """What the account could not say: too few samples, no path worth naming, branches it
+    could not follow (and what would open them)."""
+    peaks = [a for s in sheets if (a := _account_of(accounts, s)) is not None]
+    if not peaks:
+        return ""
+    said = []
+    thin = [a for a in peaks if a.samples < paths.MIN_SAMPLES]
+    if thin:
+        said.append(
+            f"the account of active time rests on {thin[0].samples} samples (fewer than "
+            f"{paths.MIN_SAMPLES}): measure longer steps or sample faster before trusting it"
+        )
+    elif all(not paths.heavy_paths(a) for a in peaks):
+        said.append(
+            "no single statement takes as much as "
+            f"{paths.MIN_SHARE:.0%} of active time: the time is spread thin"
+        )
+    closed = peaks[0].closed
+    if closed:
+        said.append(
+            "branches not followed: "
+            + "; ".join(f"{c.branch} ({c.why}; {c.opens})" for c in closed)
+        )
+    return (" " + ". ".join(s[0].upper() + s[1:] for s in said) + ".") if said else ""
 
 
 def judge_window(
@@ -400,6 +584,7 @@ def _verdict(
         )
     top = findings[0]
     where = f" ({top.variant}, {n_clients(top.clients)})" if top.variant else ""
+    # A path's finding names its numbers in its title; a rule's shows its first evidence.
     numbers = "; ".join(f"{f.label}: {f.shown()}" for f in top.evidence[:2])
     sheet = next(
         (
@@ -422,7 +607,9 @@ def _verdict(
             f"({numbers}), below the confidence the rules ask for; measure longer steps, "
             f"more repeats, or with more collectors before acting on it."
         )
-    text = f"{opening}{top.title}{where}: {numbers}."
+    text = (
+        f"{opening}{top.title}{where}." if top.named else f"{opening}{top.title}{where}: {numbers}."
+    )
     # A symptom beside a cause is what the cause does (a full scan keeps the CPU busy).
     runner_up = next((f for f in findings[1:] if f.id != top.id and f.id not in symptoms), None)
     if (

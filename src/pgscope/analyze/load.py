@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 
 from pgscope.analyze import (
+    account,
     compare,
     heldlocks,
     observation,
@@ -66,7 +67,7 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
             f"{run_dir}: the run store is damaged or from an unknown version: {reason}"
         ) from None
     sheets = extract(measured, evidence)
-    diagnosis = diagnose(sheets, absence=absent_evidence(measured))
+    diagnosis = diagnose(sheets, absence=absent_evidence(measured), accounts=measured.accounts)
     if measured.session:
         entries = measured.waits.overall.entries[:3] if measured.waits else []
         verdict = without_steps(measured.command, [(e.label, e.share) for e in entries])
@@ -103,6 +104,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
     programs = _traced_programs(db)
     environment = _environment(store, run, spec)
     observed = observation.read(db, environment.collectors)
+    section = statements.read(db)
     return RunAnalysis(
         run_id=str(run["run_id"]),
         run_dir=str(run_dir.resolve()),
@@ -124,10 +126,49 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         checkpoints=_checkpoints(db, steps, programs),
         cpu=_cpu(store, scaling),
         variants=_variants(rows, spec, declared),
-        statements=statements.read(db),
+        statements=section,
         held_locks=heldlocks.read(db),
         observation=observed,
+        accounts=_accounts(db, steps, section, run["target_kind"], observed),
     )
+
+
+def _accounts(
+    db: duckdb.DuckDBPyConnection,
+    steps: list[Step],
+    section: statements.Statements,
+    target_kind: str | None,
+    observed: observation.Observation | None,
+) -> list[account.Account]:
+    """Where active time went: per cell of a run; per window and over the whole of an
+    observation. None without wait samples."""
+    if not waits.has_samples(db):
+        return []
+    texts = {int(q): t for q, t in section.texts.items()}
+    for q, t in db.execute("SELECT query_id, query FROM activity_queries").fetchall():
+        texts.setdefault(int(q), str(t))
+    closed = account.closed_branches(db, section, target_kind)
+    measured = [s for s in steps if s.status in ("ok", "errors", "mixed") and _window(s)]
+    if observed is not None:
+        windows = [
+            account.build(db, [s.step_id], section, texts, "window", s.variant, s.clients,
+                          s.step_id, closed)
+            for s in measured
+        ]  # fmt: skip
+        whole = [s.step_id for s in measured]
+        if not whole:
+            return windows
+        return [
+            account.build(db, whole, section, texts, "whole", None, None, None, closed),
+            *windows,
+        ]
+    by_cell: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for s in measured:
+        by_cell[(s.variant, s.clients)].append(s.step_id)
+    return [
+        account.build(db, ids, section, texts, "cell", variant, clients, None, closed)
+        for (variant, clients), ids in by_cell.items()
+    ]
 
 
 def _marked(series: timeline.Series, observed: observation.Observation | None) -> timeline.Series:

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from pgscope.analyze.account import Account, account_of
 from pgscope.analyze.compare import Comparison
 from pgscope.analyze.heldlocks import HeldLocks
 from pgscope.analyze.observation import Observation
@@ -194,6 +195,16 @@ class Finding:
     weakened_by: list[str] = field(default_factory=list)
     specific: bool = True  # False: every variant shows it (background in a comparison)
     breadth: float = 1.0  # the share of variants (sheets) in which the rule fired
+    # The share of active time it explains, where the account of active time measured it
+    # (its path's); None: a finding of facts alone.
+    share: float | None = None
+    # The path it follows in the account: each node's name, from the wait class down; and
+    # the path in words (the statement, its part, the node, relation, function, holder).
+    path: list[str] = field(default_factory=list)
+    named: str | None = None
+    # A heavy path no mechanism interprets and whose node shows no waste: where the time
+    # goes, said after the findings that say why.
+    plain: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -201,14 +212,18 @@ class Finding:
             "title": self.title,
             "confidence": self.confidence,
             "score": self.score,
+            "share": self.share,
             "variant": self.variant,
             "clients": self.clients,
+            "named": self.named,
+            "path": self.path,
             "evidence": [{**fact.to_json(), "shown": fact.shown()} for fact in self.evidence],
             "refute": self.refute,
             "recommendations": self.recommendations,
             "weakened_by": self.weakened_by,
             "specific": self.specific,  # False: every variant shows it
             "breadth": self.breadth,
+            "plain": self.plain,
         }
 
 
@@ -500,6 +515,8 @@ class RunAnalysis:
     statements: Statements = field(default_factory=Statements)  # per step, statements, tables
     held_locks: HeldLocks = field(default_factory=HeldLocks)  # per step, relation locks held
     observation: Observation | None = None  # `pgscope observe`: its windows, layers
+    # Where active time went, as a tree: per cell (a run) or per window and whole (observe)
+    accounts: list[Account] = field(default_factory=list)
     facts: list[FactSheet] = field(default_factory=list)  # per cell, then the run's
     diagnosis: Diagnosis | None = None
 
@@ -527,6 +544,24 @@ class RunAnalysis:
 
     def cell_sheets(self) -> list[FactSheet]:
         return [s for s in self.facts if s.variant is not None]
+
+    def account_of(self, variant: str | None, clients: int | None) -> Account | None:
+        """The account a cell's findings follow: the cell's own, or an observation's whole."""
+        return account_of(self.accounts, variant, clients)
+
+    def peak_accounts(self) -> list[Account]:
+        """The accounts a reader is shown: each variant's highest client count's, or the
+        whole of an observation."""
+        whole = [a for a in self.accounts if a.scope == "whole"]
+        if whole:
+            return whole
+        peaks: dict[str, Account] = {}
+        for a in self.accounts:
+            if a.variant is not None and (
+                a.variant not in peaks or (a.clients or 0) > (peaks[a.variant].clients or 0)
+            ):
+                peaks[a.variant] = a
+        return list(peaks.values())
 
 
 # ---------------------------------------------------------------------------------------------

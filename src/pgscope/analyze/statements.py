@@ -41,6 +41,51 @@ class StatementStep:
     wal_fpi: float
     wal_bytes: float
     jit_ms: float
+    # Every other part of its time pg_stat_statements reports apart (store version 6; 0 in
+    # older stores and on servers whose view lacks the column).
+    read_ms: float = 0.0  # reading shared blocks (track_io_timing)
+    write_ms: float = 0.0
+    temp_read_ms: float = 0.0
+    temp_write_ms: float = 0.0
+    local_read_ms: float = 0.0
+    local_write_ms: float = 0.0
+    jit_generation_ms: float = 0.0
+    jit_inlining_ms: float = 0.0
+    jit_optimization_ms: float = 0.0
+    jit_emission_ms: float = 0.0
+    jit_deform_ms: float = 0.0
+    jit_functions: float = 0.0
+    toplevel: bool = True  # False: run nested in a function, trigger or check
+
+    @property
+    def total_ms(self) -> float:
+        return self.exec_ms + self.plan_ms
+
+
+@dataclass(frozen=True)
+class FunctionStep:
+    """One function's calls and time during one step (pg_stat_user_functions)."""
+
+    step_id: int
+    funcid: int
+    name: str
+    calls: float
+    total_ms: float  # with the functions it called
+    self_ms: float  # its own
+
+
+@dataclass(frozen=True)
+class IndexDef:
+    relname: str
+    indexname: str
+    definition: str  # pg_get_indexdef
+    valid: bool
+
+    @property
+    def columns(self) -> list[str]:
+        """The indexed columns (or expressions), in order."""
+        inside = self.definition[self.definition.find("(") + 1 : self.definition.rfind(")")]
+        return [c.strip().strip('"') for c in inside.split(",") if c.strip()]
 
 
 @dataclass(frozen=True)
@@ -68,6 +113,8 @@ class TableStep:
     indexes: int
     heap_bytes: float
     index_bytes: float
+    root: str | None = None  # the root of its partition tree, where it is a partition
+    n_mod_since_analyze: float = 0.0  # rows changed since its statistics were last gathered
 
 
 @dataclass(frozen=True)
@@ -81,6 +128,15 @@ class Statements:
     texts: dict[str, str] = field(default_factory=dict)  # queryid (as text) -> normalised SQL
     # queryid (as text) -> the sequential scans with a filter in its generic plan (embedded)
     seq_filters: dict[str, list[SeqFilter]] = field(default_factory=dict)
+    functions: list[FunctionStep] = field(default_factory=list)
+    indexes: list[IndexDef] = field(default_factory=list)
+
+    def root_of(self, relation: str) -> str:
+        """The table a partition belongs to (its tree's root), or the relation itself."""
+        return next((t.root for t in self.tables if t.relname == relation and t.root), relation)
+
+    def indexes_on(self, relation: str) -> list[IndexDef]:
+        return [i for i in self.indexes if i.relname in (relation, self.root_of(relation))]
 
 
 @dataclass(frozen=True)
@@ -94,12 +150,14 @@ class SeqFilter:
 
 
 # Counters are differences between a step's two readings; gauges are the end reading's.
-TABLE_GAUGES = ("n_live_tup", "n_dead_tup", "indexes", "heap_bytes", "index_bytes")
+TABLE_GAUGES = (
+    "n_live_tup", "n_dead_tup", "indexes", "heap_bytes", "index_bytes", "n_mod_since_analyze"
+)  # fmt: skip
 _STATEMENT_COUNTERS = tuple(
-    f.name for f in fields(StatementStep) if f.name not in ("step_id", "queryid")
+    f.name for f in fields(StatementStep) if f.name not in ("step_id", "queryid", "toplevel")
 )
 _TABLE_COUNTERS = tuple(
-    f.name for f in fields(TableStep) if f.name not in ("step_id", "relname", *TABLE_GAUGES)
+    f.name for f in fields(TableStep) if f.name not in ("step_id", "relname", "root", *TABLE_GAUGES)
 )
 _INTS = ("step_id", "indexes")
 
@@ -116,25 +174,51 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
     absent = db.execute(
         "SELECT count(*) FROM events WHERE kind = 'statements' AND detail LIKE '%absent%'"
     ).fetchone()
+    # A statement run both at top level and nested has a row of each (toplevel true/false);
+    # stores from before store version 6 counted top-level statements only (NULL).
     statements = [
-        StatementStep(int(r[0]), int(r[1]), *(float(v) for v in r[2:]))
+        StatementStep(
+            int(r[0]),
+            int(r[1]),
+            **{c: float(v) for c, v in zip(_STATEMENT_COUNTERS, r[3:], strict=True)},
+            toplevel=r[2] is not False,
+        )
         for r in db.execute(
-            f"SELECT e.step_id, e.queryid, {_deltas(_STATEMENT_COUNTERS)} "
+            f"SELECT e.step_id, e.queryid, e.toplevel, {_deltas(_STATEMENT_COUNTERS)} "
             "FROM statement_readings e LEFT JOIN statement_readings s "
             "ON s.step_id = e.step_id AND s.queryid = e.queryid AND s.mark = 'start' "
-            "WHERE e.mark = 'end' ORDER BY e.step_id, e.queryid"
+            "AND s.toplevel IS NOT DISTINCT FROM e.toplevel "
+            "WHERE e.mark = 'end' ORDER BY e.step_id, e.queryid, e.toplevel DESC"
         ).fetchall()
-        if r[2]  # called during the step
+        if r[3]  # called during the step
     ]
     gauges = ", ".join(f"coalesce(e.{c}, 0) AS {c}" for c in TABLE_GAUGES)
-    names = ("step_id", "relname", *_TABLE_COUNTERS, *TABLE_GAUGES)
+    names = ("step_id", "relname", "root", *_TABLE_COUNTERS, *TABLE_GAUGES)
     tables = [
         _table_step(dict(zip(names, r, strict=True)))
         for r in db.execute(
-            f"SELECT e.step_id, e.relname, {_deltas(_TABLE_COUNTERS)}, {gauges} "
+            f"SELECT e.step_id, e.relname, e.root, {_deltas(_TABLE_COUNTERS)}, {gauges} "
             "FROM table_readings e LEFT JOIN table_readings s "
             "ON s.step_id = e.step_id AND s.relname = e.relname AND s.mark = 'start' "
             "WHERE e.mark = 'end' ORDER BY e.step_id, e.relname"
+        ).fetchall()
+    ]
+    functions = [
+        FunctionStep(int(step), int(funcid), str(name), float(calls), float(total), float(own))
+        for step, funcid, name, calls, total, own in db.execute(
+            "SELECT e.step_id, e.funcid, any_value(e.name), "
+            f"{_deltas(('calls', 'total_ms', 'self_ms'))} "
+            "FROM function_readings e LEFT JOIN function_readings s "
+            "ON s.step_id = e.step_id AND s.funcid = e.funcid AND s.mark = 'start' "
+            "WHERE e.mark = 'end' GROUP BY ALL ORDER BY 1, 2"
+        ).fetchall()
+        if calls
+    ]
+    indexes = [
+        IndexDef(str(r), str(i), str(d), bool(v))
+        for r, i, d, v in db.execute(
+            "SELECT relname, indexname, any_value(definition), bool_and(valid) "
+            "FROM table_indexes GROUP BY 1, 2 ORDER BY 1, 2"
         ).fetchall()
     ]
     # pgscope's own sessions turn tracking off with a statement that is itself tracked.
@@ -166,6 +250,8 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
         tables=tables,
         texts=texts,
         seq_filters=filters,
+        functions=functions,
+        indexes=indexes,
     )
 
 
@@ -195,6 +281,11 @@ def seq_filters(explained: Any) -> list[SeqFilter]:
 
 def _table_step(row: dict[str, Any]) -> TableStep:
     values: dict[str, Any] = {
-        k: str(v) if k == "relname" else int(v) if k in _INTS else float(v) for k, v in row.items()
+        k: (str(v) if v is not None else None)
+        if k in ("relname", "root")
+        else int(v)
+        if k in _INTS
+        else float(v)
+        for k, v in row.items()
     }
     return TableStep(**values)

@@ -121,9 +121,34 @@ RATE_SQL = (
     "unnest($samples), unnest($lag_mean_ms), unnest($lag_max_ms), unnest($query_mean_ms), "
     "unnest($query_max_ms)"
 )
-BLOCKERS_SQL = (
-    "SELECT pid, unnest(pg_blocking_pids(pid)) FROM pg_stat_activity "
-    "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+# Each session waiting on a heavyweight lock, each session blocking it, the lock it waits
+# for (the relation, where the lock is on one) and what its blocker was doing: its state, how
+# long it has been in its transaction and in that state, its last statement. A lock's holder
+# that sits idle in its transaction is a cause of its own, which the waiter's wait does not say.
+BLOCKERS_SQL = """
+SELECT w.pid, b.pid, l.locktype, l.relation::regclass::text, l.mode, b.state,
+       extract(epoch FROM clock_timestamp() - b.xact_start),
+       extract(epoch FROM clock_timestamp() - b.state_change),
+       b.query_id, left(b.query, 500), b.application_name
+FROM pg_stat_activity w
+CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS blocking(pid)
+JOIN pg_stat_activity b ON b.pid = blocking.pid
+LEFT JOIN LATERAL (SELECT locktype, relation, mode FROM pg_locks
+                   WHERE pid = w.pid AND NOT granted LIMIT 1) l ON true
+WHERE w.wait_event_type = 'Lock' AND w.pid <> pg_backend_pid()
+"""
+BLOCKER_COLUMNS = (
+    "pid",
+    "blocked_by",
+    "locktype",
+    "relation",
+    "mode",
+    "blocker_state",
+    "blocker_xact_s",
+    "blocker_state_s",
+    "blocker_query_id",
+    "blocker_query",
+    "blocker_application",
 )
 RIGHTS_SQL = (
     "SELECT rolsuper OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'), current_user "
@@ -473,16 +498,14 @@ class ActivityCollector(PollingCollector):
 
     def _record_blockers(self) -> None:
         try:
-            pairs = self.session.execute(BLOCKERS_SQL).fetchall()
+            rows = self.session.execute(BLOCKERS_SQL).fetchall()
         except psycopg.Error:
             return  # best effort: the next batch tries again
-        if pairs:
-            ts_us = now_us()
+        if rows:
             self.store.append(
                 "activity_blockers",
                 {
-                    "ts_us": [ts_us] * len(pairs),
-                    "pid": [p for p, _ in pairs],
-                    "blocked_by": [b for _, b in pairs],
+                    "ts_us": [now_us()] * len(rows),
+                    **{name: [row[i] for row in rows] for i, name in enumerate(BLOCKER_COLUMNS)},
                 },
             )

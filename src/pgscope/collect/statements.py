@@ -2,14 +2,24 @@
 per-table statistics, read just before and just after each step's load.
 
 What it records, per step boundary ('start', 'end'):
-- for each statement of the target database (`pg_stat_statements`, top-level only): calls,
-  execution and planning time, rows, shared blocks hit/read/dirtied/written, temp blocks
-  read/written, WAL records/full-page images/bytes, JIT time; its normalised text once;
+- for each statement of the target database (`pg_stat_statements`, at top level or nested in
+  a function, a trigger or a foreign key's check, where `pg_stat_statements.track = all`):
+  calls, rows, every part of its time the view reports apart (planning, execution, reading
+  and writing shared, local and temporary blocks, JIT's generation, inlining, optimisation,
+  emission and deforming), shared blocks hit/read/dirtied/written, temp blocks read/written,
+  WAL records/full-page images/bytes; its normalised text once;
+- for each user function (`pg_stat_user_functions`, where `track_functions` counts them):
+  calls, total and self time;
 - for each user table (`pg_stat_user_tables`, `pg_statio_user_tables`): sequential and
   index scans and the rows they read, rows inserted/updated (HOT or not)/deleted, live and
-  dead rows, vacuums and analyzes, heap and index blocks read/hit, its index count and the
-  heap's and indexes' size.
+  dead rows and rows changed since the last analyze, vacuums and analyzes, heap and index
+  blocks read/hit, its index count, the heap's and indexes' size, and the root of its
+  partition tree; each index's definition, once.
 A step's figures are the differences between its two readings (`analyze/statements.py`).
+
+On an embedded cluster it decides the settings that open these branches (nested statements,
+planning time, functions) and samples actual plans with auto_explain while the load runs
+(`plancapture.py`).
 
 Where `pg_stat_statements` is absent (a server without it), the table statistics are still
 read and the statement-level findings say they could not be assessed. On an embedded
@@ -23,9 +33,11 @@ top 3 by execution time, each once a run): `PREPARE` of the normalised text, the
 `EXPLAIN (GENERIC_PLAN)`), so a sequential scan's filter names the column an index would
 serve. Never on a user's server: it plans the user's statements in pgscope's session.
 
-What it costs: two readings per step, none during the load (one query over
-`pg_stat_statements`, whose size is bounded by `pg_stat_statements.max`, and one over the
-user tables), and on embedded clusters up to three plannings after a step.
+What it costs: two readings per step (one query over `pg_stat_statements`, whose size is
+bounded by `pg_stat_statements.max`, one over the user functions and one over the user
+tables), and on embedded clusters up to three plannings after a step, and during the load the
+plans auto_explain samples (about `plans_per_s` a second) and the counting the settings above
+turn on (docs/benchmarks.md measures them together).
 """
 
 from __future__ import annotations
@@ -39,6 +51,8 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect.base import Availability, Collector, CollectorContext, CollectorEnv, StepInfo
+from pgscope.collect.plancapture import SETTINGS as PLAN_SETTINGS
+from pgscope.collect.plancapture import PlanCapture
 from pgscope.errors import TargetError
 from pgscope.store import RunStore, now_us
 
@@ -67,6 +81,17 @@ STATEMENT_COLUMNS: dict[str, tuple[str, ...]] = {
     # clusters)
     "read_ms": ("shared_blk_read_time", "blk_read_time"),
     "write_ms": ("shared_blk_write_time", "blk_write_time"),
+    "toplevel": ("toplevel",),
+    "temp_read_ms": ("temp_blk_read_time",),
+    "temp_write_ms": ("temp_blk_write_time",),
+    "local_read_ms": ("local_blk_read_time",),
+    "local_write_ms": ("local_blk_write_time",),
+    "jit_generation_ms": ("jit_generation_time",),
+    "jit_inlining_ms": ("jit_inlining_time",),
+    "jit_optimization_ms": ("jit_optimization_time",),
+    "jit_emission_ms": ("jit_emission_time",),
+    "jit_deform_ms": ("jit_deform_time",),  # 17+: part of the generation time
+    "jit_functions": ("jit_functions",),
 }
 JIT_TIMES = ("jit_inlining_time", "jit_optimization_time", "jit_emission_time")
 
@@ -85,14 +110,19 @@ FROM pg_stat_statements(false) s
 WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND s.queryid IS NOT NULL
 """
-# pg_stat_statements(false) skips reading the texts' file; texts are read once per new id.
+# pg_stat_statements(false) skips reading the texts' file; texts are read once per new id
+# (a statement run both at top level and nested has one id and one text).
 TEXTS_SQL = """
 SELECT DISTINCT ON (queryid) queryid, left(query, 2000) FROM pg_stat_statements(true)
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND queryid = ANY(%s)
 """
 
-TABLES_SQL = """
+# A relation's name as pgscope writes it: `name` in public, `schema.name` elsewhere.
+_NAME = (
+    "CASE WHEN {n}.nspname = 'public' THEN {c}.relname ELSE {n}.nspname || '.' || {c}.relname END"
+)
+TABLES_SQL = f"""
 SELECT CASE WHEN t.schemaname = 'public' THEN t.relname
             ELSE t.schemaname || '.' || t.relname END,
        t.seq_scan, t.seq_tup_read, t.idx_scan, t.idx_tup_fetch, t.n_tup_ins, t.n_tup_upd,
@@ -100,7 +130,11 @@ SELECT CASE WHEN t.schemaname = 'public' THEN t.relname
        t.vacuum_count + t.autovacuum_count, t.analyze_count + t.autoanalyze_count,
        io.heap_blks_read, io.heap_blks_hit, io.idx_blks_read, io.idx_blks_hit,
        (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid),
-       pg_relation_size(t.relid), pg_indexes_size(t.relid)
+       pg_relation_size(t.relid), pg_indexes_size(t.relid),
+       (SELECT {_NAME.format(n="rn", c="rc")} FROM pg_class rc
+        JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+        WHERE rc.oid = pg_partition_root(t.relid) AND rc.oid <> t.relid),
+       t.n_mod_since_analyze
 FROM pg_stat_user_tables t JOIN pg_statio_user_tables io USING (relid)
 """
 TABLE_COLUMNS = (
@@ -124,7 +158,38 @@ TABLE_COLUMNS = (
     "indexes",
     "heap_bytes",
     "index_bytes",
+    "root",
+    "n_mod_since_analyze",
 )
+FUNCTIONS_SQL = """
+SELECT funcid, CASE WHEN schemaname = 'public' THEN funcname
+                    ELSE schemaname || '.' || funcname END,
+       calls, total_time, self_time
+FROM pg_stat_user_functions
+"""
+FUNCTION_COLUMNS = ("funcid", "name", "calls", "total_ms", "self_ms")
+INDEXES_SQL = f"""
+SELECT {_NAME.format(n="n", c="t")}, i.relname, pg_get_indexdef(x.indexrelid), x.indisvalid
+FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+JOIN pg_namespace n ON n.oid = t.relnamespace
+WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
+"""
+INDEX_COLUMNS = ("relname", "indexname", "definition", "valid")
+# The settings that decide how far a statement's time can be followed (said in the account
+# where a branch is closed), as the server has them.
+COUNTING_SQL = """
+SELECT name, reset_val FROM pg_settings
+WHERE name IN ('pg_stat_statements.track', 'pg_stat_statements.track_planning',
+               'track_functions', 'track_io_timing', 'shared_preload_libraries',
+               'compute_query_id')
+"""
+# What opens the branches of a statement's time on a cluster pgscope starts: statements
+# nested in functions and triggers, planning time, functions' time.
+COUNTING = {
+    "pg_stat_statements.track": "all",
+    "pg_stat_statements.track_planning": "on",
+    "track_functions": "all",
+}
 # The load's sessions flush their table statistics when they exit: the end reading waits
 # (this long at most) for them to be gone.
 CLIENTS_GONE_S = 2.0
@@ -142,6 +207,14 @@ class StatementsOptions(BaseModel):
         description="at a step's end, wait (2 s at most) for pgbench's sessions to exit and "
         "flush their table statistics; off where the load is not pgscope's (observe)",
     )
+    plans: bool = Field(
+        True,
+        description="on clusters pgscope starts: sample actual plans with auto_explain while "
+        "the load runs (node times, triggers, nested statements)",
+    )
+    plans_per_s: float = Field(
+        5.0, gt=0, le=100, description="statements sampled a second, about, for their plans"
+    )
 
 
 def _has_statements(session: psycopg.Connection[Any]) -> bool:
@@ -153,8 +226,11 @@ def _has_statements(session: psycopg.Connection[Any]) -> bool:
 
 class StatementsCollector(Collector):
     name = "statements"
-    summary = "pg_stat_statements and per-table statistics, read before and after each step"
-    cost = "two readings per step, none during the load"
+    summary = (
+        "pg_stat_statements, functions and per-table statistics, read before and after each "
+        "step; on clusters pgscope starts, actual plans sampled during the load"
+    )
+    cost = "three readings per step; plans: about 5 sampled statements a second"
     default_in_runs = True
     Options = StatementsOptions
 
@@ -178,10 +254,17 @@ class StatementsCollector(Collector):
     def startup_settings(self, env: CollectorEnv) -> dict[str, str]:
         if env.target_kind != "embedded":
             return {}
-        control = env.pg.sharedir() / "extension" / "pg_stat_statements.control"
-        if not control.is_file():
-            return {}
-        return {"shared_preload_libraries": "pg_stat_statements"}
+        settings = {"track_functions": COUNTING["track_functions"]}
+        libraries = []
+        if (env.pg.sharedir() / "extension" / "pg_stat_statements.control").is_file():
+            libraries.append("pg_stat_statements")
+            settings.update(COUNTING)
+        if self.options.plans and env.pg.has_library("auto_explain"):
+            libraries.append("auto_explain")
+            settings.update(PLAN_SETTINGS)
+        if libraries:
+            settings["shared_preload_libraries"] = ",".join(libraries)
+        return settings
 
     def start(self, ctx: CollectorContext) -> None:
         self.ctx = ctx
@@ -192,6 +275,8 @@ class StatementsCollector(Collector):
         self.own: set[int] = set()  # pgscope's own statements, as seen so far
         self.started_ms: dict[int, float] = {}  # exec time per statement at the step's start
         self.explain = ctx.env.target_kind == "embedded"
+        self.known_indexes: set[tuple[str, str]] = set()
+        self.plans: PlanCapture | None = None
         with ctx.conn.connect(application_name=APPLICATION_NAME) as session:
             if ctx.env.target_kind == "embedded":
                 try:
@@ -202,6 +287,8 @@ class StatementsCollector(Collector):
                         f"({exc.diag.message_primary or exc}); table statistics only"
                     )
             self.statements = _has_statements(session)
+            if self.explain and self.options.plans:
+                self.plans = _plan_capture(session, ctx, self.options.plans_per_s)
         if not self.statements:
             ctx.say(
                 "statements: pg_stat_statements is not installed in the target database; "
@@ -213,11 +300,20 @@ class StatementsCollector(Collector):
             "pg_stat_statements read" if self.statements else "pg_stat_statements absent",
             None,
         )
+        with ctx.conn.connect(application_name=APPLICATION_NAME) as session:
+            counting = dict(session.execute(COUNTING_SQL).fetchall())
+        counting["plans sampled"] = "on" if self.plans is not None else "off"
+        self.store.add_event("statements-settings", json.dumps(counting), None)
 
     def step_started(self, step: StepInfo) -> None:
         self._reading(step.step_id, "start")
+        self.step_started_us = now_us()
+        if self.plans is not None:
+            self.plans.step_started()
 
     def step_finished(self, step: StepInfo) -> None:
+        if self.plans is not None:
+            self.plans.step_finished(step.step_id, self.step_started_us)
         self._reading(step.step_id, "end")
 
     def _reading(self, step_id: int, mark: str) -> None:
@@ -226,18 +322,20 @@ class StatementsCollector(Collector):
                 _wait_for_clients_to_leave(session)
             ts = now_us()
             tables = session.execute(TABLES_SQL).fetchall()
+            functions = session.execute(FUNCTIONS_SQL).fetchall()
             statements = session.execute(STATEMENTS_SQL).fetchall() if self.statements else []
-            new = [int(q) for q, _, _ in statements if int(q) not in self.known_texts]
+            new = list({int(q) for q, _, _ in statements if int(q) not in self.known_texts})
             texts = session.execute(TEXTS_SQL, [new]).fetchall() if new else []
-        self.store.append(
-            "table_readings",
-            {
-                "step_id": [step_id] * len(tables),
-                "mark": [mark] * len(tables),
-                "ts_us": [ts] * len(tables),
-                **{name: [row[i] for row in tables] for i, name in enumerate(TABLE_COLUMNS)},
-            },
-        )
+            indexes = session.execute(INDEXES_SQL).fetchall() if mark == "end" else []
+        self._columns("table_readings", step_id, mark, ts, TABLE_COLUMNS, tables)
+        self._columns("function_readings", step_id, mark, ts, FUNCTION_COLUMNS, functions)
+        indexes = [row for row in indexes if (row[0], row[1]) not in self.known_indexes]
+        if indexes:
+            self.known_indexes.update((row[0], row[1]) for row in indexes)
+            self.store.append(
+                "table_indexes",
+                {name: [row[i] for row in indexes] for i, name in enumerate(INDEX_COLUMNS)},
+            )
         if statements:
             columns: dict[str, list[Any]] = {
                 "step_id": [],
@@ -263,7 +361,13 @@ class StatementsCollector(Collector):
                 self.own.update(own)
                 self.store.append("statement_own", {"queryid": own})
         exec_ms = (
-            {q: ms or 0.0 for q, ms in zip(columns["queryid"], columns["exec_ms"], strict=True)}
+            {
+                q: ms or 0.0
+                for q, ms, top in zip(
+                    columns["queryid"], columns["exec_ms"], columns["toplevel"], strict=True
+                )
+                if top is not False
+            }
             if statements
             else {}
         )
@@ -299,8 +403,45 @@ class StatementsCollector(Collector):
                     plans[key].append(value)
         self.store.append("statement_plans", plans)
 
+    def _columns(
+        self,
+        table: str,
+        step_id: int,
+        mark: str,
+        ts: int,
+        names: tuple[str, ...],
+        rows: list[tuple[Any, ...]],
+    ) -> None:
+        self.store.append(
+            table,
+            {
+                "step_id": [step_id] * len(rows),
+                "mark": [mark] * len(rows),
+                "ts_us": [ts] * len(rows),
+                **{name: [row[i] for row in rows] for i, name in enumerate(names)},
+            },
+        )
+
     def stop(self) -> str | None:
         return None
+
+
+def _plan_capture(
+    session: psycopg.Connection[Any], ctx: CollectorContext, plans_per_s: float
+) -> PlanCapture | None:
+    """The plan capture of this run, where auto_explain is loaded; its log is the run's
+    server.log, or the logging collector's file when a spec turned it on."""
+    loaded = session.execute(
+        "SELECT 1 FROM pg_settings WHERE name = 'auto_explain.sample_rate'"
+    ).fetchone()
+    if loaded is None:
+        ctx.say("statements: auto_explain is not available here; no plans are sampled")
+        return None
+    current = session.execute("SELECT pg_current_logfile()").fetchone()
+    log = ctx.run_dir / "server.log"
+    if current is not None and current[0] and ctx.data_dir is not None:
+        log = ctx.data_dir / str(current[0])
+    return PlanCapture(ctx.conn, ctx.store, log, plans_per_s, ctx.say)
 
 
 def _generic_plan(session: psycopg.Connection[Any], text: str) -> tuple[str | None, str | None]:

@@ -11,6 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from pgscope.analyze.account import Account, Node
 from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.timeline import Series
 from pgscope.analyze.usl import goodness_of_fit
@@ -337,13 +338,21 @@ def _step_bands(fig: go.Figure, series: Series) -> None:
     fig.update_layout(
         shapes=[
             {
-                "type": "rect", "xref": "x", "yref": "paper", "x0": start, "x1": end,
-                "y0": 0, "y1": 1, "fillcolor": "#6b7280", "line": {"width": 0},
-                "opacity": 0.05 if i % 2 else 0.1, "layer": "below",
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": start,
+                "x1": end,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": "#6b7280",
+                "line": {"width": 0},
+                "opacity": 0.05 if i % 2 else 0.1,
+                "layer": "below",
             }
             for i, (_, _, _, start, end) in enumerate(series.steps)
         ]
-    )  # fmt: skip
+    )
 
 
 def _own_checkpoints(fig: go.Figure, series: Series) -> None:
@@ -503,3 +512,64 @@ def _ns_label(ns: int) -> str:
     if ns < 1_000_000:
         return f"{ns / 1000:g} µs"
     return f"{ns / 1e6:g} ms"
+
+
+def account_icicle(account: Account, title: str) -> dict[str, Any] | None:
+    """The account of active time as an icicle: each node's width its share of active time,
+    the root on top; hovering a node gives its share, session-seconds, samples and where the
+    figure came from. Nodes below 0.5% are left out (their time stays in their parent's)."""
+    if not account.samples:
+        return None
+    ids, labels, parents, values, hover, colours = [], [], [], [], [], []
+
+    def add(node: Node, parent_id: str, index: str, colour: str, parent: Node | None) -> None:
+        if node.kind == "event" and parent is not None and node.name == parent.name:
+            for i, child in enumerate(node.children):  # CPU under CPU: one box, not two
+                add(child, parent_id, f"{index}.{i}", colour, node)
+            return
+        node_id = f"{parent_id}/{index}" if parent_id else "root"
+        if node.kind == "class":
+            colour = WAIT_COLOURS.get(node.name, "#6b7280")
+        ids.append(node_id)
+        labels.append(
+            html.escape(node.name if len(node.name) <= 60 else node.name[:59] + "…", quote=False)
+        )
+        parents.append(parent_id)
+        values.append(node.share)
+        hover.append(
+            f"{html.escape(node.name, quote=False)}<br>{node.share:.1%} of active time, "
+            f"{node.seconds:,.1f} session-seconds<br>{node.samples:,} samples · {node.source}"
+        )
+        colours.append(colour)
+        shown = [c for c in node.children if c.share >= 0.005]
+        # An icicle's children must not exceed their parent: scale them where estimates do.
+        total = sum(c.share for c in shown)
+        for i, child in enumerate(shown):
+            if total > node.share > 0:
+                child = Node(
+                    child.kind,
+                    child.name,
+                    child.share * node.share / total,
+                    child.seconds,
+                    child.samples,
+                    child.source,
+                    child.detail,
+                    child.children,
+                )
+            add(child, node_id, str(i), colour, node)
+
+    add(account.root, "", "0", "#9ca3af", None)
+    fig = go.Figure(
+        go.Icicle(
+            ids=ids,
+            labels=labels,
+            parents=parents,
+            values=values,
+            branchvalues="total",
+            hovertext=hover,
+            hoverinfo="text",
+            marker={"colors": colours},
+            tiling={"orientation": "v"},
+        )
+    )
+    return _figure(fig, title, height=520)

@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pgscope.analyze.model import RunAnalysis, Step
+from pgscope.render.account import print_account
 from pgscope.render.observation import print_observation
 from pgscope.render.variants import print_variants
 from pgscope.render.waits import print_waits
@@ -61,9 +62,14 @@ def print_findings(console: Console, result: RunAnalysis) -> None:
     console.print(f"\n[{colour}]verdict:[/{colour}] {escape(diagnosis.verdict)}", highlight=False)
     for i, finding in enumerate(diagnosis.findings[:5], start=1):
         where = f" [{finding.variant}]" if finding.variant else ""
-        facts = "; ".join(f"{e.label} {e.shown()}" for e in finding.evidence[:2])
+        # A path's finding says its numbers in its title; a rule's shows its first facts.
+        facts = (
+            ""
+            if finding.named
+            else ": " + "; ".join(f"{e.label} {e.shown()}" for e in finding.evidence[:2])
+        )
         console.print(
-            f"  {i}. {finding.title}{where} ({finding.confidence}): {facts}",
+            f"  {i}. {finding.title}{where} ({finding.confidence}){facts}",
             highlight=False,
             markup=False,
         )
@@ -100,6 +106,7 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
         highlight=False,
     )
     print_findings(console, result)
+    print_account(console, result)
     if result.observation is not None:
         judged = result.diagnosis.worst_window if result.diagnosis else None
         print_observation(console, result.observation, result.started_us, judged)

@@ -18,6 +18,7 @@ from plotly.offline import get_plotlyjs
 from pgscope.analyze.model import RunAnalysis
 from pgscope.files import write_atomic
 from pgscope.render import charts
+from pgscope.render.account import heading, tree_lines
 from pgscope.render.console import step_problem
 from pgscope.render.flame import flame_page
 from pgscope.render.variants import evidence_table
@@ -102,6 +103,12 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
     }
     wait_charts = {k: v for k, v in wait_charts.items() if v is not None}
     figures.update(wait_charts)
+    accounts = analysis.peak_accounts()
+    account_charts = {
+        f"account-{i}": charts.account_icicle(a, heading(a)[:-1].capitalize())
+        for i, a in enumerate(accounts)
+    }
+    figures.update({k: v for k, v in account_charts.items() if v is not None})
     figures = {k: v for k, v in figures.items() if v is not None}
     waits = analysis.waits
     rate = waits.rate if waits else None
@@ -133,6 +140,11 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
             cells=analysis.scalability.cells,
             step_rows=_step_rows(analysis),
             wait_charts=list(wait_charts),
+            accounts=[
+                (f"account-{i}", heading(a), tree_lines(a), a.closed)
+                for i, a in enumerate(accounts)
+                if f"account-{i}" in figures
+            ],
             waits=waits,
             sampler_line=(
                 f"{waits.overall.samples:,} samples at {rate.achieved_hz:.1f} Hz "

@@ -20,9 +20,11 @@ import duckdb
 
 # The store's version, in `schema_info`: 2 added collectors and collector_gaps; 3
 # timeline.instance and step_instances; 4 the steps' transaction outcomes and workload_error;
-# 5 the steps' reconnects and connection_ms. Collectors' tables are created when a collector
-# starts: a run without one has none, whatever the version.
-STORE_VERSION = 5
+# 5 the steps' reconnects and connection_ms; 6 every time column of pg_stat_statements (and
+# whether a statement ran at top level), functions, indexes, partition roots, sampled actual
+# plans, and the lock and its holder behind each blocked session. Collectors' tables are
+# created when a collector starts: a run without one has none, whatever the version.
+STORE_VERSION = 6
 TYPES = frozenset({"BIGINT", "INTEGER", "SMALLINT", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 

@@ -87,8 +87,13 @@ class ConnParams:
 
 
 def _untracked(session: psycopg.Connection[Any]) -> None:
-    """pgscope's own statements stay out of pg_stat_statements, where the session may say so
-    (a superuser's, as on an embedded cluster): they are not the workload's."""
+    """pgscope's own statements stay out of pg_stat_statements, out of the plans auto_explain
+    samples and out of the functions' counts, where the session may say so (a superuser's,
+    as on an embedded cluster): they are not the workload's."""
     # On a user's server, as an unprivileged role, it may not: its statements are counted.
     with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
         session.execute("SET pg_stat_statements.track = 'none'")
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        session.execute("SET auto_explain.sample_rate = 0")
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        session.execute("SET track_functions = 'none'")

@@ -89,7 +89,8 @@ def benchmark_defaults(max_clients: int) -> dict[str, str]:
         "compute_query_id": "on",
         "track_io_timing": "on",
         "log_checkpoints": "on",
-        "log_line_prefix": "%m [%p] %q%u@%d ",
+        # %Q: the query id of the session's top-level statement (plan capture names by it).
+        "log_line_prefix": "%m [%p] %q%u@%d %Q ",
     }
 
 

@@ -56,6 +56,22 @@ class PgBinaries:
                 return Path(out.stdout.strip())
         return Path("/usr/share/postgresql") / str(self.major_version())  # Debian's layout
 
+    def has_library(self, name: str) -> bool:
+        """Whether this install has the loadable module `name` (contrib's auto_explain, ...):
+        in `pg_config --pkglibdir`, else in the lib folder beside bin (Debian's and the
+        wheels' layout)."""
+        folders = [self.bindir.parent / "lib", self.bindir.parent / "lib" / "postgresql"]
+        if self.has("pg_config"):
+            out = subprocess.run(
+                [str(self.path("pg_config")), "--pkglibdir"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            if out.returncode == 0 and out.stdout.strip():
+                folders.insert(0, Path(out.stdout.strip()))
+        return any((folder / f"{name}.so").is_file() for folder in folders)
+
     def major_version(self) -> int:
         match = re.search(r"\)\s+(\d+)", self.version())
         if not match:

@@ -3,7 +3,7 @@
 Checkpoints above all: the benchmark defaults turn on `log_checkpoints`, and the log gives each
 checkpoint's start (with its reason: time, wal, immediate, shutdown...) and its end (buffers
 written, write and sync times) to the millisecond, which nothing cheaper does. The line
-format is the embedded cluster's own `log_line_prefix` ('%m [%p] ').
+format is the embedded cluster's own `log_line_prefix` ('%m [%p] %q%u@%d %Q ').
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from pathlib import Path
 
 _LINE = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (?P<tz>\S+) \[(?P<pid>\d+)\] "
-    r"(?:\S+@\S+ )?LOG:\s+(?P<what>checkpoint (?:starting|complete)|restartpoint (?:starting|"
-    r"complete)): ?(?P<detail>.*)$"
+    r"(?:\S*@\S* (?:-?\d+ )?)?LOG:\s+"
+    r"(?P<what>checkpoint (?:starting|complete)|restartpoint (?:starting|complete)): ?"
+    r"(?P<detail>.*)$"
 )
 
 

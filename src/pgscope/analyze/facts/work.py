@@ -193,7 +193,9 @@ def _summed(rows: Sequence[StatementStep | TableStep], key: str) -> dict[str, _S
         target = out[str(getattr(row, key))]
         for f in fields(row):
             value = getattr(row, f.name)
-            if f.name in ("step_id", key) or not isinstance(value, int | float):
+            if f.name in ("step_id", key) or isinstance(value, bool):
+                continue
+            if not isinstance(value, int | float):
                 continue
             if f.name in TABLE_GAUGES:
                 target[f.name] = float(value)  # the last step's reading
@@ -224,7 +226,10 @@ def work_facts(sheet: FactSheet, cell: CellFacts) -> None:
     n = cell.clients
     steps = {s.step_id for s in cell.steps()}
     xacts = sum(s.xacts or 0 for s in cell.steps())
-    statements = _summed([s for s in section.statements if s.step_id in steps], "queryid")
+    # Top-level statements only: a nested one's time is inside the statement that ran it.
+    statements = _summed(
+        [s for s in section.statements if s.step_id in steps and s.toplevel], "queryid"
+    )
     tables = _summed([t for t in section.tables if t.step_id in steps], "relname")
     rows_returned = None
     if section.statements_read:

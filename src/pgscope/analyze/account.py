@@ -1,0 +1,874 @@
+"""The account of active time: where the sessions' time went, as one tree, from the sampled
+waits down as far as the evidence reaches.
+
+    active time
+    └── wait class (CPU, Lock, IO, ...)                        sampled (activity)
+        └── wait event (Lock:transactionid, IO:DataFileRead)   sampled
+            └── statement (query id, text)                     sampled
+                ├── part of its time the server reports apart  pg_stat_statements
+                │   (planning, JIT compilation, execution)
+                │   └── plan node, trigger, function, nested   sampled plans (auto_explain),
+                │       statement, each with its relation        pg_stat_user_functions
+                └── for a lock wait: the lock, and its holder  activity (blockers)
+                    (its state, its statement, how long)
+
+Every node carries its share of the scope's active time, the session-seconds that share is,
+the samples behind it (its sampled ancestor's), and where it came from. A statement's time is
+split by what the server measured of it (planning, JIT and execution for its time on CPU; the
+plan nodes that read the blocks it waited for; the nodes that wrote its temporary files); a
+share below a node is the node's share times the part's fraction. The classes' shares sum to 1.
+
+Active time is the client sessions' (and their parallel workers'): a background process's
+pacing wait (the checkpointer's delay between writes) is what the server does beside the
+workload, never the workload's time.
+
+Pure functions of the store and the analysed sections.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from pgscope.analyze import plans as plan_samples
+from pgscope.analyze.plans import NestedPlans, PlanNode, StatementPlans, TriggerTime
+from pgscope.analyze.statements import Statements
+from pgscope.analyze.waits import IN_WINDOWS, INSTRUMENTS, WAIT_EVENT, WAIT_TYPE
+from pgscope.duck import table_exists
+
+Detail = dict[str, str | float | int | bool | None]
+# Whose time is the workload's: client sessions running a statement, and the parallel
+# workers they started.
+SESSIONS = (
+    f"{INSTRUMENTS} AND ((backend_type = 'client backend' AND state = 'active') "
+    "OR (backend_type = 'parallel worker' AND coalesce(state, 'active') <> 'idle'))"
+)
+# A node below this share of its parent is not drawn (it is in its parent's time).
+MIN_CHILD_SHARE = 0.01
+# Samples below which an account is too thin to name anything.
+MIN_SAMPLES = 50
+# Waits a commit makes, which carry no query id on the server (COMMIT is not a statement
+# pg_stat_statements ids at that moment).
+COMMIT_WAITS = {
+    "IO:WALSync": "flushing its WAL",
+    "IO:WALWrite": "writing its WAL",
+    "LWLock:WALWrite": "waiting for the WAL write lock",
+    "LWLock:WALInsert": "inserting its WAL",
+    "IPC:SyncRep": "waiting for the synchronous standby",
+    "IO:WALInitSync": "flushing a new WAL segment",
+    "IO:WALInitWrite": "writing a new WAL segment",
+}
+READ_WAITS = {"IO:DataFileRead", "IO:DataFilePrefetch"}
+TEMP_WAITS = {"IO:BufFileRead", "IO:BufFileWrite"}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One place time went."""
+
+    kind: (
+        str  # active, class, event, statement, part, plan, trigger, function, nested, lock, holder
+    )
+    name: str  # what it is, in words
+    share: float  # of the scope's active time
+    seconds: float  # session-seconds: the share of the active sessions' time
+    samples: int  # wait samples behind it (those of its nearest sampled ancestor)
+    source: str  # activity, pg_stat_statements, auto_explain, pg_stat_user_functions, ...
+    detail: Detail = field(default_factory=dict)
+    children: list[Node] = field(default_factory=list)
+
+    def walk(self, path: tuple[Node, ...] = ()) -> list[tuple[Node, ...]]:
+        """Every path from this node down, this node first."""
+        here = (*path, self)
+        return [here, *(p for c in self.children for p in c.walk(here))]
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A branch the account could not follow, and what would open it."""
+
+    branch: str  # "planning time", "plan nodes", "functions", ...
+    why: str
+    opens: str  # the setting or privilege that would
+
+
+@dataclass(frozen=True)
+class Account:
+    scope: str  # "cell" (a run's variant at a client count), "window", "whole" (observe)
+    variant: str | None
+    clients: int | None
+    step_id: int | None  # a window's
+    root: Node
+    samples: int  # active samples
+    instants: int  # sampling instants
+    seconds: float  # the scope's measured time
+    closed: list[Closed] = field(default_factory=list)
+
+    @property
+    def aas(self) -> float:
+        return self.samples / self.instants if self.instants else 0.0
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """What pg_stat_statements measured of one statement over the scope (top level)."""
+
+    calls: float
+    exec_ms: float
+    plan_ms: float
+    jit_ms: float
+    jit_parts: dict[str, float]
+    read_ms: float
+    temp_ms: float
+    rows: float
+
+
+class _Scope:
+    """The evidence of one scope (a cell, a window, the whole observation)."""
+
+    def __init__(
+        self,
+        db: duckdb.DuckDBPyConnection,
+        step_ids: list[int],
+        statements: Statements,
+        texts: dict[int, str],
+    ) -> None:
+        self.db = db
+        self.step_ids = step_ids
+        self.section = statements
+        self.texts = texts
+        where = f"step_id IN ({', '.join(str(s) for s in step_ids)})"
+        self.samples = [
+            (str(t), str(e), None if q is None else int(q), int(n))
+            for t, e, q, n in db.execute(
+                f"SELECT {WAIT_TYPE}, {WAIT_EVENT}, query_id, count(*) FROM {IN_WINDOWS} "
+                f"WHERE {where} AND {SESSIONS} GROUP BY ALL ORDER BY 4 DESC, 1, 2, 3"
+            ).fetchall()
+        ]
+        row = db.execute(
+            f"SELECT count(DISTINCT sample_no) FROM {IN_WINDOWS} WHERE {where}"
+        ).fetchone()
+        self.instants = int(row[0]) if row and row[0] else 0
+        row = db.execute(
+            f"SELECT sum(window_end_us - window_start_us) / 1e6 FROM steps WHERE {where}"
+        ).fetchone()
+        self.seconds = float(row[0]) if row and row[0] else 0.0
+        self.total = sum(n for *_, n in self.samples)
+        self.statements = self._statements()
+        self.plans = (
+            plan_samples.read(db, set(step_ids)) if table_exists(db, "plan_samples") else {}
+        )
+        self.functions = self._functions()
+        self.blockers = self._blockers(where) if table_exists(db, "activity_blockers") else {}
+
+    def seconds_of(self, share: float) -> float:
+        return share * self.total / self.instants * self.seconds if self.instants else 0.0
+
+    def _statements(self) -> dict[int, _Statement]:
+        sums: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        steps = set(self.step_ids)
+        for s in self.section.statements:
+            if s.step_id not in steps or not s.toplevel:
+                continue
+            d = sums[s.queryid]
+            for name in (
+                "calls",
+                "exec_ms",
+                "plan_ms",
+                "jit_ms",
+                "rows",
+                "read_ms",
+                "temp_read_ms",
+                "temp_write_ms",
+                "jit_generation_ms",
+                "jit_inlining_ms",
+                "jit_optimization_ms",
+                "jit_emission_ms",
+            ):
+                d[name] += float(getattr(s, name))
+        return {
+            q: _Statement(
+                d["calls"],
+                d["exec_ms"],
+                d["plan_ms"],
+                d["jit_ms"],
+                {
+                    "generation": d["jit_generation_ms"],
+                    "inlining": d["jit_inlining_ms"],
+                    "optimization": d["jit_optimization_ms"],
+                    "emission": d["jit_emission_ms"],
+                },
+                d["read_ms"],
+                d["temp_read_ms"] + d["temp_write_ms"],
+                d["rows"],
+            )
+            for q, d in sums.items()
+        }
+
+    def _functions(self) -> dict[str, tuple[float, float, float]]:
+        """Per function: (calls, total ms, self ms) over the scope."""
+        out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        steps = set(self.step_ids)
+        for f in self.section.functions:
+            if f.step_id in steps:
+                sums = out[f.name]
+                sums[0] += f.calls
+                sums[1] += f.total_ms
+                sums[2] += f.self_ms
+        return {name: (c, t, s) for name, (c, t, s) in out.items()}
+
+    def _blockers(self, where: str) -> dict[tuple[int | None, str], list[tuple[Any, ...]]]:
+        """Per (waiting statement, its lock wait event): rows of (locktype, relation, mode,
+        holder's state, application, statement, mean seconds in its transaction, in its
+        state, readings)."""
+        rows = self.db.execute(
+            f"""
+            WITH waiting AS (
+                SELECT pid, ts_us // 1000000 AS second, any_value(query_id) AS query_id,
+                       any_value({WAIT_TYPE} || ':' || {WAIT_EVENT}) AS event
+                FROM {IN_WINDOWS} WHERE {where} AND wait_event_type = 'Lock' GROUP BY ALL)
+            SELECT w.query_id, w.event, b.locktype, b.relation, b.mode, b.blocker_state,
+                   b.blocker_application, coalesce(any_value(b.blocker_query), ''),
+                   avg(b.blocker_xact_s), avg(b.blocker_state_s), count(*)
+            FROM activity_blockers b
+            JOIN waiting w ON w.pid = b.pid AND w.second = b.ts_us // 1000000
+            GROUP BY ALL ORDER BY count(*) DESC
+            """
+        ).fetchall()
+        out: dict[tuple[int | None, str], list[tuple[Any, ...]]] = defaultdict(list)
+        for query_id, event, *rest in rows:
+            out[(None if query_id is None else int(query_id), str(event))].append(tuple(rest))
+        return out
+
+
+def account_of(accounts: list[Account], variant: str | None, clients: int | None) -> Account | None:
+    """A cell's account, or, for an observation's cells, the whole observation's."""
+    for account in accounts:
+        if account.scope == "cell" and (account.variant, account.clients) == (variant, clients):
+            return account
+    return next((a for a in accounts if a.scope == "whole"), None)
+
+
+def _quoted(text: str | None, width: int = 70) -> str:
+    flat = " ".join((text or "").split())
+    return flat[:width] + ("…" if len(flat) > width else "")
+
+
+def _statement_name(query_id: int | None, text: str | None, event: str) -> str:
+    if query_id is None:
+        commit = COMMIT_WAITS.get(event)
+        return f"COMMIT ({commit})" if commit else "(no query id)"
+    return f"query {query_id}: {_quoted(text) if text else '(text not kept)'}"
+
+
+def build(
+    db: duckdb.DuckDBPyConnection,
+    step_ids: list[int],
+    statements: Statements,
+    texts: dict[int, str],
+    scope: str,
+    variant: str | None,
+    clients: int | None,
+    step_id: int | None = None,
+    closed: list[Closed] | None = None,
+) -> Account:
+    """The account of the steps `step_ids` (their measured windows)."""
+    s = _Scope(db, step_ids, statements, texts)
+    classes: dict[str, list[tuple[str, int | None, int]]] = defaultdict(list)
+    for wtype, event, query_id, n in s.samples:
+        classes[wtype].append((event, query_id, n))
+    total = s.total or 1
+    class_nodes = []
+    for wtype, rows in classes.items():
+        events: dict[str, list[tuple[int | None, int]]] = defaultdict(list)
+        for event, query_id, n in rows:
+            label = "CPU" if wtype == "CPU" else f"{wtype}:{event}"
+            events[label].append((query_id, n))
+        event_nodes = [_event(s, label, queries, total) for label, queries in events.items()]
+        n = sum(r[2] for r in rows)
+        class_nodes.append(
+            Node(
+                "class",
+                wtype,
+                n / total,
+                s.seconds_of(n / total),
+                n,
+                "activity",
+                {"class": wtype},
+                _sorted(event_nodes),
+            )
+        )
+    root = Node(
+        "active",
+        "active time",
+        1.0 if s.total else 0.0,
+        s.seconds_of(1.0),
+        s.total,
+        "activity",
+        {"aas": s.total / s.instants if s.instants else 0.0},
+        _sorted(class_nodes),
+    )
+    return Account(
+        scope, variant, clients, step_id, root, s.total, s.instants, s.seconds, closed or []
+    )
+
+
+def _sorted(nodes: list[Node]) -> list[Node]:
+    return sorted(nodes, key=lambda n: (-n.share, n.name))
+
+
+def _event(s: _Scope, label: str, queries: list[tuple[int | None, int]], total: int) -> Node:
+    n_event = sum(n for _, n in queries)
+    statement_nodes = []
+    for query_id, n in queries:
+        share = n / total
+        text = s.texts.get(query_id) if query_id is not None else None
+        detail: Detail = {
+            "query_id": str(query_id) if query_id is not None else None,
+            "text": text,
+            "event": label,
+        }
+        if query_id is None and label in COMMIT_WAITS:
+            detail["commit"] = True
+        children = _statement_children(s, query_id, label, share, n) if query_id is not None else []
+        if query_id is not None and label.startswith("Lock:"):
+            children += _locks(s, query_id, label, share, n)
+        elif query_id is None and label.startswith("Lock:"):
+            children += _locks(s, None, label, share, n)
+        statement_nodes.append(
+            Node(
+                "statement",
+                _statement_name(query_id, text, label),
+                share,
+                s.seconds_of(share),
+                n,
+                "activity",
+                detail,
+                _sorted(children),
+            )
+        )
+    kind_class, _, event = label.partition(":")
+    return Node(
+        "event",
+        label,
+        n_event / total,
+        s.seconds_of(n_event / total),
+        n_event,
+        "activity",
+        {"class": kind_class, "event": event or label},
+        _sorted(statement_nodes),
+    )
+
+
+def _statement_children(
+    s: _Scope, query_id: int, event: str, share: float, samples: int
+) -> list[Node]:
+    stats = s.statements.get(query_id)
+    plans = s.plans.get(query_id)
+    if event == "CPU":
+        return _cpu_parts(s, query_id, stats, plans, share, samples)
+    if event in READ_WAITS and plans is not None:
+        return _weighted_nodes(s, plans, share, samples, "shared_read", "blocks it read")
+    if event in TEMP_WAITS and plans is not None:
+        return _weighted_nodes(s, plans, share, samples, "temp_written", "temporary blocks written")
+    return []
+
+
+def _cpu_parts(
+    s: _Scope,
+    query_id: int,
+    stats: _Statement | None,
+    plans: StatementPlans | None,
+    share: float,
+    samples: int,
+) -> list[Node]:
+    """A statement's time on CPU, split as the server measured it: planning, JIT compilation,
+    execution; the execution by its sampled plans."""
+    if stats is None or stats.exec_ms + stats.plan_ms <= 0:
+        return _execution(s, plans, share, samples) if plans is not None else []
+    # Its time waiting (the samples of it in other events) is not on CPU.
+    mine = sum(n for _, _, q, n in s.samples if q == query_id)
+    on_cpu = samples / mine if mine else 1.0
+    total_ms = (stats.exec_ms + stats.plan_ms) * on_cpu
+    planning, jit = stats.plan_ms, stats.jit_ms
+    executing = max(0.0, total_ms - planning - jit)
+    whole = planning + jit + executing
+    if whole <= 0:
+        return []
+    per_call = f"{total_ms / stats.calls:.3g} ms per call on CPU" if stats.calls else ""
+    parts = []
+    if planning > 0:
+        fraction = planning / whole
+        parts.append(
+            Node(
+                "part",
+                "planning",
+                share * fraction,
+                s.seconds_of(share * fraction),
+                samples,
+                "pg_stat_statements",
+                {
+                    "part": "planning",
+                    "fraction": fraction,
+                    "ms_per_call": planning / stats.calls if stats.calls else None,
+                },
+            )
+        )
+    if jit > 0:
+        fraction = jit / whole
+        detail: Detail = {
+            "part": "jit",
+            "fraction": fraction,
+            "ms_per_call": jit / stats.calls if stats.calls else None,
+        }
+        detail.update({f"jit_{k}_ms": v for k, v in stats.jit_parts.items()})
+        parts.append(
+            Node(
+                "part",
+                "JIT compilation",
+                share * fraction,
+                s.seconds_of(share * fraction),
+                samples,
+                "pg_stat_statements",
+                detail,
+            )
+        )
+    fraction = executing / whole
+    children = _execution(s, plans, share * fraction, samples) if plans is not None else []
+    parts.append(
+        Node(
+            "part",
+            "execution",
+            share * fraction,
+            s.seconds_of(share * fraction),
+            samples,
+            "pg_stat_statements",
+            {
+                "part": "execution",
+                "fraction": fraction,
+                "calls": stats.calls,
+                "per_call": per_call,
+                "sampled_plans": plans.executions if plans else 0,
+            },
+            _sorted(children),
+        )
+    )
+    return parts
+
+
+def _execution(s: _Scope, plans: StatementPlans, share: float, samples: int) -> list[Node]:
+    """The sampled executions' time, by trigger, function and plan node (own time)."""
+    whole = plans.node_ms + plans.trigger_ms
+    if whole <= 0:
+        return []
+    children: list[Node] = []
+    functions = _functions(s, plans, share, samples)
+    for trigger in plans.triggers:
+        fraction = trigger.ms / whole
+        if fraction < MIN_CHILD_SHARE:
+            continue
+        below = share * fraction
+        nested = _nested_of(s, plans, trigger, below, samples)
+        children.append(
+            Node(
+                "trigger",
+                _trigger_name(trigger),
+                below,
+                s.seconds_of(below),
+                samples,
+                "auto_explain",
+                _trigger_detail(trigger, plans),
+                _sorted(nested),
+            )
+        )
+    for node in plans.nodes:
+        fraction = node.self_ms / whole
+        if fraction < MIN_CHILD_SHARE:
+            continue
+        below = share * fraction
+        plan = _plan_node(s, node, plans.executions, below, samples)
+        # A function a node calls (in its filter or what it computes) runs in its time.
+        called = [f for f in functions if _calls(node, f)]
+        if called:
+            functions = [f for f in functions if f not in called]
+            plan = Node(
+                plan.kind,
+                plan.name,
+                plan.share,
+                plan.seconds,
+                plan.samples,
+                plan.source,
+                plan.detail,
+                _sorted(called),
+            )
+        children.append(plan)
+    return children + functions
+
+
+def _calls(node: PlanNode, function: Node) -> bool:
+    name = str(function.detail.get("function", "")).rsplit(".", 1)[-1].lower()
+    said = f"{node.condition or ''} {node.output or ''}".lower().replace(" (", "(")
+    return bool(name) and f"{name}(" in said
+
+
+def _weighted_nodes(
+    s: _Scope, plans: StatementPlans, share: float, samples: int, attribute: str, what: str
+) -> list[Node]:
+    """The plan nodes that caused a wait, by their share of what the wait was for."""
+    weights = [(n, float(getattr(n, attribute))) for n in plans.nodes]
+    whole = sum(w for _, w in weights)
+    if whole <= 0:
+        return []
+    out = []
+    for node, weight in weights:
+        fraction = weight / whole
+        if fraction >= MIN_CHILD_SHARE:
+            plan = _plan_node(s, node, plans.executions, share * fraction, samples)
+            plan.detail["weighted_by"] = what
+            out.append(plan)
+    return out
+
+
+def _plan_node(s: _Scope, node: PlanNode, executions: int, share: float, samples: int) -> Node:
+    per = max(1, executions)
+    relation = node.relation
+    root = s.section.root_of(relation) if relation else None
+    indexes = s.section.indexes_on(relation) if relation else []
+    leading = {i.columns[0] for i in indexes if i.columns}
+    cast = node.casts
+    function = node.function_of_column
+    detail: Detail = {
+        "node_type": node.node_type,
+        "relation": relation,
+        "table": root,
+        "partition": relation if root and root != relation else None,
+        "index": node.index,
+        "condition": node.condition,
+        "index_condition": node.index_condition,
+        "ms_per_execution": node.self_ms / per,
+        "loops_per_execution": node.loops / per,
+        "rows_per_execution": node.rows / per,
+        "removed_per_execution": node.removed / per,
+        "removed_share": node.removed_share,
+        "estimated_rows": node.estimated_rows,
+        "rows_per_loop": node.rows / node.loops if node.loops else 0.0,
+        "temp_kb_per_execution": node.temp_written * 8 / per,
+        "shared_read_per_execution": node.shared_read / per,
+        "sort_method": node.sort_method,
+        "sort_space_type": node.sort_space_type,
+        "sort_space_kb": node.sort_space_kb,
+        "heap_fetches_per_execution": node.heap_fetches / per,
+        "lossy_blocks": node.lossy_blocks,
+        "hash_batches": node.hash_batches,
+        "executions": node.executions,
+        "columns": ", ".join(node.columns) or None,
+        "cast_column": cast[0] if cast else None,
+        "cast_type": cast[1] if cast else None,
+        "function": function[0] if function else None,
+        "function_column": function[1] if function else None,
+        "indexed_columns": ", ".join(sorted(leading)) or None,
+        "misestimate": _misestimate(node),
+        "above": node.above,
+        "sort_key": node.sort_key,
+        "column_indexed": bool(
+            (cast and cast[0] in leading)
+            or (function and function[1] in leading)
+            or any(c in leading for c in node.columns)
+        ),
+    }
+    return Node(
+        "plan", _plan_name(node, root), share, s.seconds_of(share), samples, "auto_explain", detail
+    )
+
+
+def _misestimate(node: PlanNode) -> float | None:
+    """How many times off the planner's row estimate per loop was (at least 1), where it
+    read rows at all."""
+    if not node.loops or node.estimated_rows <= 0:
+        return None
+    actual = node.rows / node.loops
+    if actual <= 0:
+        return None
+    return max(actual / node.estimated_rows, node.estimated_rows / actual)
+
+
+def _plan_name(node: PlanNode, root: str | None) -> str:
+    what = node.node_type
+    if node.relation:
+        on = (
+            node.relation
+            if not root or root == node.relation
+            else f"{root} (partition {node.relation})"
+        )
+        what += f" on {on}"
+    if node.index:
+        what += f" using {node.index}"
+    if node.condition:
+        what += f", {_quoted(node.condition, 60)}"
+    return what
+
+
+def _trigger_name(trigger: TriggerTime) -> str:
+    if trigger.constraint:
+        return f"foreign key {trigger.constraint}'s check (trigger on {trigger.relation})"
+    return f"trigger {trigger.name} on {trigger.relation}"
+
+
+def _trigger_detail(trigger: TriggerTime, plans: StatementPlans) -> Detail:
+    return {
+        "trigger": trigger.name,
+        "constraint": trigger.constraint,
+        "relation": trigger.relation,
+        "ms_per_execution": trigger.ms / max(1, plans.executions),
+        "calls_per_execution": trigger.calls / max(1, plans.executions),
+    }
+
+
+def _nested_of(
+    s: _Scope, plans: StatementPlans, trigger: TriggerTime, share: float, samples: int
+) -> list[Node]:
+    """The statements a trigger ran: a foreign key's checks (SPI statements on ONLY a table)
+    for a constraint trigger, the PL/pgSQL ones for another."""
+    mine = [
+        n
+        for n in plans.nested
+        if (trigger.constraint is not None) == (n.function is None and " only " in n.shape)
+    ]
+    if (
+        len(
+            [
+                t
+                for t in plans.triggers
+                if (t.constraint is not None) == (trigger.constraint is not None)
+            ]
+        )
+        > 1
+    ):
+        mine = []  # several such triggers: which ran which is not known
+    whole = sum(n.duration_ms for n in mine)
+    if whole <= 0:
+        return []
+    scale = min(1.0, whole / trigger.ms) if trigger.ms > 0 else 1.0
+    return [
+        _nested_node(s, n, share * scale * n.duration_ms / whole, samples)
+        for n in mine
+        if n.duration_ms / whole >= MIN_CHILD_SHARE
+    ]
+
+
+def _nested_node(s: _Scope, nested: NestedPlans, share: float, samples: int) -> Node:
+    whole = sum(n.self_ms for n in nested.nodes)
+    children = [
+        _plan_node(s, node, nested.executions, share * node.self_ms / whole, samples)
+        for node in nested.nodes
+        if whole > 0 and node.self_ms / whole >= MIN_CHILD_SHARE
+    ]
+    return Node(
+        "nested",
+        f"nested: {_quoted(nested.text, 60)}",
+        share,
+        s.seconds_of(share),
+        samples,
+        "auto_explain",
+        {
+            "text": nested.text,
+            "function": nested.function,
+            "executions": nested.executions,
+            "ms_per_execution": nested.duration_ms / max(1, nested.executions),
+        },
+        _sorted(children),
+    )
+
+
+def _functions(s: _Scope, plans: StatementPlans, share: float, samples: int) -> list[Node]:
+    """The user functions this statement calls (named in its text), by their own time over
+    the scope against the statement's execution time; the statements they ran below them."""
+    if plans is None:
+        return []
+    stats = s.statements.get(plans.query_id)
+    if stats is None or stats.exec_ms <= 0:
+        return []
+    text = (s.texts.get(plans.query_id) or plans.text).lower()
+    out = []
+    for name, (calls, total_ms, self_ms) in s.functions.items():
+        bare = name.rsplit(".", 1)[-1].lower()
+        if f"{bare}(" not in text.replace(" (", "("):
+            continue
+        fraction = min(1.0, total_ms / stats.exec_ms)
+        if fraction < MIN_CHILD_SHARE:
+            continue
+        below = share * fraction
+        nested = [n for n in plans.nested if n.function and n.function.strip('"').endswith(bare)]
+        whole = sum(n.duration_ms for n in nested)
+        children = [
+            _nested_node(
+                s,
+                n,
+                below * n.duration_ms / whole * (1 - self_ms / total_ms if total_ms else 0),
+                samples,
+            )
+            for n in nested
+            if whole > 0
+        ]
+        out.append(
+            Node(
+                "function",
+                f"function {name}()",
+                below,
+                s.seconds_of(below),
+                samples,
+                "pg_stat_user_functions",
+                {
+                    "function": name,
+                    "calls_per_call": calls / stats.calls if stats.calls else None,
+                    "self_share": self_ms / total_ms if total_ms else None,
+                    "ms_per_call": total_ms / calls if calls else None,
+                },
+                _sorted(children),
+            )
+        )
+    return out
+
+
+def _locks(s: _Scope, query_id: int | None, event: str, share: float, samples: int) -> list[Node]:
+    """A lock wait's objects and their holders, by the blockers read while it waited."""
+    rows = s.blockers.get((query_id, event), [])
+    whole = sum(r[-1] for r in rows)
+    if not whole:
+        return []
+    by_lock: dict[tuple[Any, ...], list[tuple[Any, ...]]] = defaultdict(list)
+    for row in rows:
+        by_lock[row[:3]].append(row)
+    out = []
+    for (locktype, relation, mode), held in by_lock.items():
+        n = sum(r[-1] for r in held)
+        lock_share = share * n / whole
+        holders = []
+        for _, _, _, state, application, query, xact_s, state_s, count in held:
+            below = lock_share * count / n
+            holders.append(
+                Node(
+                    "holder",
+                    _holder_name(state, application, query, xact_s, state_s),
+                    below,
+                    s.seconds_of(below),
+                    samples,
+                    "activity (blockers)",
+                    {
+                        "state": state,
+                        "application": application,
+                        "query": query,
+                        "xact_s": xact_s,
+                        "state_s": state_s,
+                        "readings": count,
+                    },
+                )
+            )
+        what = f"{mode or 'a'} lock on {relation}" if relation else f"{locktype or '?'} lock"
+        out.append(
+            Node(
+                "lock",
+                what,
+                lock_share,
+                s.seconds_of(lock_share),
+                samples,
+                "activity (blockers)",
+                {"locktype": locktype, "relation": relation, "mode": mode, "readings": n},
+                _sorted(holders),
+            )
+        )
+    return out
+
+
+def _holder_name(
+    state: str | None,
+    application: str | None,
+    query: str | None,
+    xact_s: float | None,
+    state_s: float | None,
+) -> str:
+    who = f"a session of {application}" if application else "a session"
+    doing = state or "?"
+    held = f", in its transaction for {xact_s:.1f} s" if xact_s is not None else ""
+    last = f", its statement: {_quoted(query, 50)}" if query else ""
+    return f"held by {who} {doing}{held}{last}"
+
+
+def closed_branches(
+    db: duckdb.DuckDBPyConnection, statements: Statements, target_kind: str | None
+) -> list[Closed]:
+    """The branches no account of this run can follow, each with what would open it: read
+    from the server's settings as the statements collector found them."""
+    import json
+
+    out: list[Closed] = []
+    if not statements.read:
+        return [
+            Closed(
+                "statements",
+                "the statements collector did not run",
+                "the statements collector (on by default)",
+            )
+        ]
+    if not statements.statements_read:
+        out.append(
+            Closed(
+                "statements",
+                "pg_stat_statements is not installed in the database",
+                "CREATE EXTENSION pg_stat_statements, with it in shared_preload_libraries",
+            )
+        )
+    row = db.execute(
+        "SELECT detail FROM events WHERE kind = 'statements-settings' ORDER BY ts_us LIMIT 1"
+    ).fetchone()
+    settings: dict[str, str] = json.loads(row[0]) if row else {}
+    if not settings:
+        return out
+    said = {
+        "pg_stat_statements.track_planning": (
+            "on",
+            "planning time",
+            "planning is not timed",
+            "pg_stat_statements.track_planning = on",
+        ),
+        "pg_stat_statements.track": (
+            "all",
+            "nested statements",
+            "only top-level statements are counted",
+            "pg_stat_statements.track = all",
+        ),
+        "track_functions": (
+            "pl all",
+            "functions",
+            "functions' time is not counted",
+            "track_functions = pl (or all)",
+        ),
+        "track_io_timing": (
+            "on",
+            "I/O time",
+            "reading and writing blocks is not timed",
+            "track_io_timing = on",
+        ),
+    }
+    for name, (good, branch, why, opens) in said.items():
+        value = settings.get(name)
+        if value is not None and value not in good.split():
+            out.append(Closed(branch, f"{why} ({name} = {value})", opens))
+    if settings.get("plans sampled") != "on":
+        where = (
+            "plans are sampled only on clusters pgscope starts"
+            if target_kind != "embedded"
+            else "auto_explain is not available to this server"
+        )
+        out.append(
+            Closed(
+                "plan nodes",
+                where,
+                "auto_explain (shared_preload_libraries) with log_analyze, log_format = json, "
+                "sampled; on a cluster pgscope starts it is on by default",
+            )
+        )
+    return out

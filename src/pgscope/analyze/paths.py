@@ -1,0 +1,342 @@
+"""Findings from the account of active time: follow the heavy branches down, as a DBA does,
+and name each by the deepest node its evidence supports.
+
+From each statement of the account, a path goes down through every child that holds a good
+part of its parent (BRANCH of it, and MIN_SHARE of the active time): a statement whose time is
+half planning and half JIT has two paths. A path ends at a node none of whose children hold
+that much: there the evidence stops being one thing. The same deepest node reached under
+several waits (a scan's CPU and its reads) is one path, their shares added.
+
+Each path is interpreted by the first mechanism of mechanisms.toml that matches its deepest
+node, else one above it up to the statement: the mechanism names the cause, what would
+refute it and what to try. A path no mechanism interprets is still a finding, titled from its
+nodes, with the advice its node's kind gives. Its sentence names what the path went through:
+the statement (query id and text), its part, the plan node and relation, the trigger, the
+function, the nested statement, the lock and its holder.
+"""
+
+from __future__ import annotations
+
+import operator
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from pgscope.analyze.account import Account, Node
+
+# A child is followed when it holds this much of its parent...
+BRANCH = 0.3
+# ... and this much of the active time; a path below it names nothing worth the reader's time.
+MIN_SHARE = 0.05
+# Samples behind a path below which its finding is at most of low confidence.
+MIN_SAMPLES = 50
+LEVELS = ("low", "medium", "high")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": lambda a, b: a is not None and a >= b,
+    ">": lambda a, b: a is not None and a > b,
+    "<=": lambda a, b: a is not None and a <= b,
+    "<": lambda a, b: a is not None and a < b,
+    "in": lambda a, b: a in b,
+    "notin": lambda a, b: a not in b,
+    "in_text": lambda a, b: isinstance(a, str) and b in a,
+    "set": lambda a, _: a is not None,
+    "unset": lambda a, _: a is None,
+}
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    id: str
+    node: list[str]
+    title: str
+    refute: str
+    recommendations: list[str]
+    when: list[list[Any]] = field(default_factory=list)
+    supersedes: list[str] = field(default_factory=list)
+    rule: str | None = None
+    symptom: bool = False
+
+
+@dataclass(frozen=True)
+class Path:
+    nodes: tuple[Node, ...]  # from the root of the account to the deepest node
+    share: float  # the deepest node's, over every wait it was reached under
+    events: tuple[str, ...]
+
+    @property
+    def deepest(self) -> Node:
+        return self.nodes[-1]
+
+    def nearest(self, kind: str) -> Node | None:
+        return next((n for n in reversed(self.nodes) if n.kind == kind), None)
+
+    @property
+    def statement(self) -> Node | None:
+        return self.nearest("statement")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A path and what it means."""
+
+    path: Path
+    mechanism: Mechanism | None
+    interpreted: Node  # the node the mechanism matched (the deepest, without one)
+    title: str
+    sentence: str
+    recommendations: list[str]
+    refute: str
+    confidence: str
+
+
+@cache
+def mechanisms() -> tuple[tuple[Mechanism, ...], dict[str, str]]:
+    data = tomllib.loads(resources.files("pgscope.analyze").joinpath("mechanisms.toml").read_text())
+    found = []
+    for entry in data["mechanisms"]:
+        kinds = entry.pop("node")
+        found.append(Mechanism(node=[kinds] if isinstance(kinds, str) else list(kinds), **entry))
+    return tuple(found), dict(data.get("node_advice", {}))
+
+
+def heavy_paths(account: Account) -> list[Path]:
+    """Every path worth naming, heaviest first."""
+    merged: dict[tuple[Any, ...], Path] = {}
+    for klass in account.root.children:
+        for event in klass.children:
+            for statement in event.children:
+                if statement.share < MIN_SHARE:
+                    continue
+                for nodes in _descend((account.root, klass, event, statement)):
+                    deepest = nodes[-1]
+                    # A statement's own waits stay apart (its commit's, its locks').
+                    key: tuple[Any, ...] = (
+                        statement.detail.get("query_id") or statement.name,
+                        deepest.kind,
+                        deepest.name,
+                        event.name if deepest.kind == "statement" else None,
+                    )
+                    was = merged.get(key)
+                    if was is None:
+                        merged[key] = Path(nodes, deepest.share, (event.name,))
+                    else:
+                        heavier = nodes if deepest.share > was.deepest.share else was.nodes
+                        merged[key] = Path(
+                            heavier, was.share + deepest.share, (*was.events, event.name)
+                        )
+    return sorted(merged.values(), key=lambda p: (-p.share, p.deepest.name))
+
+
+def _descend(nodes: tuple[Node, ...]) -> list[tuple[Node, ...]]:
+    node = nodes[-1]
+    followed = [c for c in node.children if c.share >= max(BRANCH * node.share, MIN_SHARE)]
+    if not followed:
+        return [nodes]
+    return [p for c in followed for p in _descend((*nodes, c))]
+
+
+def _field(path: Path, node: Node, name: str) -> Any:
+    if name == "event":
+        return next((n.name for n in path.nodes if n.kind == "event"), None)
+    if name == "class":
+        return next((n.name for n in path.nodes if n.kind == "class"), None)
+    if "." in name:
+        kind, _, key = name.partition(".")
+        nearest = path.nearest(kind)
+        return nearest.detail.get(key) if nearest is not None else None
+    return node.detail.get(name)
+
+
+def _matches(mechanism: Mechanism, path: Path, node: Node) -> bool:
+    if node.kind not in mechanism.node:
+        return False
+    return all(
+        _OPS[op](_field(path, node, name), value[0] if value else None)
+        for name, op, *value in mechanism.when
+    )
+
+
+def interpret(path: Path) -> Reading:
+    found, advice = mechanisms()
+    candidates = list(reversed(path.nodes[path.nodes.index(path.statement) :]))
+    if path.statement is None:
+        candidates = [path.deepest]
+    for node in candidates:
+        mechanism = next((m for m in found if _matches(m, path, node)), None)
+        if mechanism is not None:
+            break
+    else:
+        mechanism, node = None, path.deepest
+    sentence = describe(path)
+    if mechanism is not None:
+        recommendations = [_filled(r, node.detail) for r in mechanism.recommendations]
+        return Reading(
+            path,
+            mechanism,
+            node,
+            mechanism.title,
+            sentence,
+            recommendations,
+            mechanism.refute,
+            _confidence(path),
+        )
+    deepest = path.deepest
+    key = str(deepest.detail.get("node_type") or deepest.kind)
+    hint = advice.get(key) or advice.get(deepest.kind) or advice.get("statement", "")
+    title = _generic_title(path)
+    return Reading(
+        path,
+        None,
+        deepest,
+        title,
+        sentence,
+        [_filled(hint, {**deepest.detail, "event": ", ".join(path.events)})] if hint else [],
+        "A plan or wait profile taken again under the same load would show the time elsewhere.",
+        _confidence(path),
+    )
+
+
+def _confidence(path: Path) -> str:
+    level = 2 if path.share >= 0.35 else 1 if path.share >= 0.15 else 0
+    if path.deepest.samples < MIN_SAMPLES:
+        level = min(level, 0)
+    if path.deepest.kind in ("plan", "trigger", "nested"):
+        executions = path.deepest.detail.get("executions")
+        if isinstance(executions, int | float) and executions < 3:
+            level -= 1  # a node seen in one or two sampled executions
+    return LEVELS[max(0, level)]
+
+
+class _Detail(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _filled(text: str, detail: dict[str, Any]) -> str:
+    values = _Detail({k: ("?" if v is None else v) for k, v in detail.items()})
+    try:
+        return text.format_map(values)
+    except (ValueError, TypeError):  # a format for a number given text ("?")
+        return text.format_map(_Detail({k: str(v) for k, v in values.items()})).replace(":,.0f", "")
+
+
+def _generic_title(path: Path) -> str:
+    deepest = path.deepest
+    if deepest.kind == "plan":
+        return f"The statement's time goes to a {deepest.detail.get('node_type')}"
+    if deepest.kind == "part":
+        return f"The statement's time goes to its {deepest.name}"
+    if deepest.kind == "statement":
+        events = ", ".join(path.events)
+        return f"One statement takes the time ({events})"
+    return f"The time goes to {deepest.name}"
+
+
+def _quoted(text: str | None, width: int = 80) -> str:
+    flat = " ".join((text or "").split())
+    return "`" + flat[:width] + ("…" if len(flat) > width else "") + "`"
+
+
+def _statement_words(node: Node) -> str:
+    text = node.detail.get("text")
+    query_id = node.detail.get("query_id")
+    if query_id is None:
+        return node.name
+    return f"query {query_id} {_quoted(str(text)) if text else '(text not kept)'}"
+
+
+def describe(path: Path, share: float | None = None) -> str:
+    """The path in words: its share of active time (or `share`, of several paths like it),
+    then each node from the statement down."""
+    words = [f"{path.share if share is None else share:.0%} of active time"]
+    statement = path.statement
+    if statement is None:
+        return f"{words[0]}: {path.deepest.name}"
+    clauses = [_statement_words(statement)]
+    events = [e for e in path.events if e != "CPU"]
+    if events and path.deepest.kind in ("statement", "lock", "holder"):
+        clauses.append(f"waiting on {', '.join(events)}")
+    below = path.nodes[path.nodes.index(statement) + 1 :]
+    for node in below:
+        clauses.append(_clause(node, statement))
+    return f"{words[0]}: " + ", ".join(c for c in clauses if c)
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole > 0 else "?"
+
+
+def _clause(node: Node, statement: Node) -> str:
+    d = node.detail
+    of_statement = _pct(node.share, statement.share)
+    if node.kind == "part":
+        per_call = d.get("ms_per_call")
+        each = f" ({per_call:.3g} ms per call)" if isinstance(per_call, float) else ""
+        if d.get("part") == "jit":
+            return f"which spends {of_statement} of its time compiling JIT code{each}"
+        if d.get("part") == "planning":
+            return f"which spends {of_statement} of its time planning{each}"
+        return ""  # execution: the nodes below say where
+    if node.kind == "trigger":
+        return f"{of_statement} of it in the {node.name}"
+    if node.kind == "nested":
+        return f"which runs {_quoted(str(d.get('text')), 70)}"
+    if node.kind == "function":
+        calls, ms = d.get("calls_per_call"), d.get("ms_per_call")
+        how = (
+            f" ({calls:,.1f} calls per statement, {ms:.3g} ms each)"
+            if isinstance(calls, float) and isinstance(ms, float)
+            else ""
+        )
+        return f"{of_statement} of it in {node.name}{how}"
+    if node.kind == "plan":
+        return f"{of_statement} of it in {_plan_words(node)}"
+    if node.kind == "lock":
+        return f"waiting for a {node.name}"
+    if node.kind == "holder":
+        return node.name
+    return node.name
+
+
+def _plan_words(node: Node) -> str:
+    d = node.detail
+    what = str(d.get("node_type"))
+    table, partition = d.get("table"), d.get("partition")
+    if table:
+        what += f" on {table}" + (f" (partition {partition})" if partition else "")
+    if d.get("index"):
+        what += f" using {d['index']}"
+    facts = []
+    if d.get("condition"):
+        facts.append(f"filtering {d['condition']}")
+    removed, rows = d.get("removed_per_execution"), d.get("rows_per_execution")
+    if isinstance(removed, float) and removed >= 1 and isinstance(rows, float):
+        facts.append(f"keeping {rows:,.0f} of {rows + removed:,.0f} rows per call")
+    loops = d.get("loops_per_execution")
+    if isinstance(loops, float) and loops >= 2:
+        facts.append(f"run {loops:,.0f} times per call")
+    temp = d.get("temp_kb_per_execution")
+    if isinstance(temp, float) and temp > 0:
+        facts.append(f"writing {temp:,.0f} kB of temporary files per call")
+    if d.get("sort_method"):
+        facts.append(f"sort method {d['sort_method']}")
+    misestimate = d.get("misestimate")
+    if isinstance(misestimate, float) and misestimate >= 100:
+        facts.append(
+            f"the planner expected {d.get('estimated_rows', 0):,.0f} rows per loop, "
+            f"got {d.get('rows_per_loop', 0):,.0f}"
+        )
+    ms = d.get("ms_per_execution")
+    if isinstance(ms, float):
+        facts.append(f"{ms:.3g} ms per call")
+    return what + (f" ({'; '.join(facts)})" if facts else "")
+
+
+def readings(account: Account, limit: int = 5) -> list[Reading]:
+    """The account's heaviest paths, interpreted, heaviest first."""
+    return [interpret(p) for p in heavy_paths(account)[:limit]]
