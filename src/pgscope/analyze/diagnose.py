@@ -299,7 +299,7 @@ def diagnose(
             f.specific,
             slower,
             cause and not f.plain,
-            cause,
+            not f.plain,
             level,
             f.id in lost,
             -f.breadth,
