@@ -28,7 +28,7 @@ Pure functions of the store and the analysed sections.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
@@ -330,6 +330,8 @@ def _event(s: _Scope, label: str, queries: list[tuple[int | None, int]], total: 
             "query_id": str(query_id) if query_id is not None else None,
             "text": text,
             "event": label,
+            # Its first word: select, insert, create, vacuum ... (what kind of statement)
+            "statement_kind": (text or "").split(None, 1)[0].lower() if text else None,
         }
         if query_id is None and label in COMMIT_WAITS:
             detail["commit"] = True
@@ -484,7 +486,7 @@ def _execution(s: _Scope, plans: StatementPlans, share: float, samples: int) -> 
                 _sorted(nested),
             )
         )
-    for node in plans.nodes:
+    for node in _by_table(s, plans.nodes):
         fraction = node.self_ms / whole
         if fraction < MIN_CHILD_SHARE:
             continue
@@ -506,6 +508,43 @@ def _execution(s: _Scope, plans: StatementPlans, share: float, samples: int) -> 
             )
         children.append(plan)
     return children + functions
+
+
+def _by_table(s: _Scope, nodes: list[PlanNode]) -> list[PlanNode]:
+    """Nodes of one kind on the partitions of one table as one node of the table: a query
+    that touches every partition spends its time in all of them, and the table is what to
+    name (an index on one partition would not help)."""
+    groups: dict[tuple[str, str, str | None], list[PlanNode]] = defaultdict(list)
+    alone: list[PlanNode] = []
+    for node in nodes:
+        root = s.section.root_of(node.relation) if node.relation else None
+        if node.relation and root != node.relation:
+            groups[(node.node_type, root or "", node.condition)].append(node)
+        else:
+            alone.append(node)
+    for (_, root, _), parts in groups.items():
+        if len(parts) == 1:
+            alone.append(parts[0])
+            continue
+        first = parts[0]
+        alone.append(
+            replace(
+                first,
+                relation=root,
+                index=None,
+                self_ms=sum(p.self_ms for p in parts),
+                loops=sum(p.loops for p in parts),
+                rows=sum(p.rows for p in parts),
+                removed=sum(p.removed for p in parts),
+                shared_read=sum(p.shared_read for p in parts),
+                shared_hit=sum(p.shared_hit for p in parts),
+                temp_written=sum(p.temp_written for p in parts),
+                heap_fetches=sum(p.heap_fetches for p in parts),
+                estimated_rows=sum(p.estimated_rows for p in parts),
+                partitions=len(parts),
+            )
+        )
+    return sorted(alone, key=lambda n: -n.self_ms)
 
 
 def _calls(node: PlanNode, function: Node) -> bool:
@@ -545,6 +584,7 @@ def _plan_node(s: _Scope, node: PlanNode, executions: int, share: float, samples
         "relation": relation,
         "table": root,
         "partition": relation if root and root != relation else None,
+        "partitions": node.partitions,
         "index": node.index,
         "condition": node.condition,
         "index_condition": node.index_condition,
@@ -691,11 +731,23 @@ def _functions(s: _Scope, plans: StatementPlans, share: float, samples: int) -> 
     stats = s.statements.get(plans.query_id)
     if stats is None or stats.exec_ms <= 0:
         return []
-    text = (s.texts.get(plans.query_id) or plans.text).lower()
+    said = (
+        " ".join(
+            [
+                s.texts.get(plans.query_id) or plans.text,
+                *(f"{n.condition or ''} {n.output or ''}" for n in plans.nodes),
+                *(n.function or "" for n in plans.nested),
+            ]
+        )
+        .lower()
+        .replace(" (", "(")
+    )
     out = []
     for name, (calls, total_ms, self_ms) in s.functions.items():
         bare = name.rsplit(".", 1)[-1].lower()
-        if f"{bare}(" not in text.replace(" (", "("):
+        if f"{bare}(" not in said and not any(
+            (n.function or "").strip('"').lower().endswith(bare) for n in plans.nested
+        ):
             continue
         fraction = min(1.0, total_ms / stats.exec_ms)
         if fraction < MIN_CHILD_SHARE:

@@ -68,6 +68,7 @@ class PlanNode:
     above: str = ""  # the node types above it, outermost first: "Limit > Sort"
     sort_key: str | None = None  # the nearest Sort above it (or its own): its key
     output: str | None = None  # what it computes (EXPLAIN VERBOSE's Output), where logged
+    partitions: int = 1  # the partitions of one table it stands for (the account's grouping)
 
     @property
     def removed_share(self) -> float:
