@@ -28,6 +28,7 @@ from pgscope.drive.loaduser import LoadUser
 from pgscope.drive.readonly import READ_ONLY_OPTION, guarded
 from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
+from pgscope.files import open_for_writing
 from pgscope.proc import spawn, stop_process
 from pgscope.spec import ScriptRef
 from pgscope.target.conn import ConnParams
@@ -301,7 +302,7 @@ class Pgbench:
             *self._conn_args(),
         ]
         stdout_path = log_prefix.parent / f"{log_prefix.name}.pgbench.out"
-        stdout_file = stdout_path.open("w")
+        stdout_file = open_for_writing(stdout_path)
         started_us = time.time_ns() // 1000
         try:
             proc = spawn(

@@ -1,0 +1,196 @@
+"""Issue 27, second round: the file-system and received-folder attacks a red team ran on
+pgscope as root, each run again here the way it was run, and shown to do no harm. Harm is: a
+file of root's changed (its bytes, owner or mode: each attack aims at root-owned 0600 files in
+a folder only root may enter), a secret's bytes copied anywhere pgscope writes or shown on its
+output, a planted link followed, a program someone planted run.
+
+A received folder is a copy of a real small run (one step of 1 s, built once for the module)
+with things planted in it, as a colleague's folder sent for a second opinion would be.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import pgscope as pgscope_package
+from tests.conftest import pgscope, run_doc
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the attacks are on what pgscope does as root"
+)
+
+# Where the pgscope under test lives (the CLI children run that one too).
+SRC = Path(pgscope_package.__file__).parent.parent
+
+
+@dataclass(frozen=True)
+class RootFile:
+    """A file of root's, 0600, in a folder only root may enter: what an attack aims at."""
+
+    path: Path
+    content: bytes
+
+    def untouched(self) -> None:
+        found = os.lstat(self.path)
+        assert stat.S_ISREG(found.st_mode), f"{self.path} was replaced"
+        assert (found.st_uid, found.st_gid) == (0, 0), f"{self.path} changed hands"
+        assert stat.S_IMODE(found.st_mode) == 0o600, f"{self.path}: {oct(found.st_mode)}"
+        assert self.path.read_bytes() == self.content, f"{self.path} was written"
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Callable[[str, bytes], RootFile]:
+    """Makes root's files in a folder of tmp_path that only root may enter."""
+    folder = tmp_path / "vault"
+    folder.mkdir(mode=0o700)
+
+    def make(name: str, content: bytes) -> RootFile:
+        path = folder / name
+        path.write_bytes(content)
+        path.chmod(0o600)
+        return RootFile(path, content)
+
+    return make
+
+
+def nowhere(secret: bytes, *places: Path, outputs: tuple[str, ...] = ()) -> None:
+    """`secret` in no file under `places` (links are not followed: a planted one is not a
+    copy) and on none of `outputs`."""
+    for text in outputs:
+        assert secret.decode() not in text, "the secret is on pgscope's output"
+    for place in places:
+        for folder, _dirs, files in os.walk(place):
+            for name in files:
+                path = Path(folder, name)
+                if path.is_symlink() or not path.is_file():
+                    continue
+                assert secret not in path.read_bytes(), f"the secret is in {path}"
+
+
+def tree(place: Path) -> set[str]:
+    return {str(p.relative_to(place)) for p in place.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run folder: a one-line script, 1 client, one step of 1 s, no collectors."""
+    inputs = tmp_path_factory.mktemp("inputs")
+    inputs.chmod(0o755)
+    script = inputs / "plain.sql"
+    script.write_text("SELECT 1;\n")
+    script.chmod(0o644)
+    results = tmp_path_factory.mktemp("small-run")
+    result = pgscope(
+        *("run", "--script", str(script), "--scale", "0", "--clients", "1"),
+        *("--repeats", "1", "--duration", "1", "--warmup", "0", "--no-collectors"),
+        *("--results-dir", str(results), "--json"),
+    )
+    return Path(run_doc(result)["run_dir"])
+
+
+@pytest.fixture
+def received(small_run: Path, tmp_path: Path) -> Path:
+    """A copy of the small run, as someone else's folder arrives: for them to plant in."""
+    folder = tmp_path / "received" / small_run.name
+    shutil.copytree(small_run, folder, symlinks=True)
+    return folder
+
+
+# A pgscope whose PID is known before it starts: the red team planted links at the names
+# pgscope's temporary files take from it.
+KNOWN_PID = """
+import os, runpy, sys
+print(os.getpid(), flush=True)
+sys.stdin.readline()
+sys.argv = ["pgscope", *sys.argv[1:]]
+runpy.run_module("pgscope", run_name="__main__", alter_sys=True)
+"""
+
+
+def pgscope_planted(
+    args: list[str], plant: Callable[[int], None]
+) -> subprocess.CompletedProcess[str]:
+    """`pgscope ARGS` in a process that says its PID first, and starts once `plant(pid)` has
+    planted what it wants."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KNOWN_PID, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline())
+    try:
+        plant(pid)
+    finally:
+        out, err = proc.communicate("go\n", timeout=300)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+# -- 3. report files follow planted links ----------------------------------------------------
+
+
+@pytest.mark.server
+def test_report_files_never_follow_links_planted_at_their_names(
+    received: Path, vault: Callable[[str, bytes], RootFile]
+) -> None:
+    """`report --format html` rewrites summary.json, summary.txt and report.html in the
+    folder: links planted at those names and at their temporary names."""
+    targets = []
+
+    def plant(pid: int) -> None:
+        for name in ("summary.json", "summary.txt", "report.html"):
+            for planted in (name, f".{name}.{pid}.tmp"):
+                (received / planted).unlink(missing_ok=True)
+                targets.append(vault(planted.strip("."), b"root's own file\n"))
+                (received / planted).symlink_to(targets[-1].path)
+
+    result = pgscope_planted(["report", str(received), "--format", "html"], plant)
+    for target in targets:
+        target.untouched()
+    assert result.returncode == 0, result.stderr
+    for name in ("summary.json", "summary.txt", "report.html"):
+        assert (received / name).is_file() and not (received / name).is_symlink()
+
+
+# -- what a killed run left, and what someone else made look so ------------------------------
+
+
+def test_only_folders_pgscope_marked_itself_are_leftovers(tmp_path: Path) -> None:
+    """The next run stops the servers of a killed run's folders and deletes them. $TMPDIR is
+    everyone's: a folder marked by another account, a link to a marked folder, or a marker
+    that is a FIFO (which blocked the reader) is not pgscope's."""
+    from pgscope import leftovers
+    from pgscope.proc import server_account
+
+    gone = "999999999 0\n"  # a PID no process has
+    work = tmp_path / "work"
+    work.mkdir()
+    ours = work / "pgscope-ours"
+    ours.mkdir()
+    (ours / leftovers.MARKER).write_text(gone)
+    theirs = work / "pgscope-theirs"
+    theirs.mkdir()
+    (theirs / leftovers.MARKER).write_text(gone)
+    account = server_account(None)
+    os.chown(theirs / leftovers.MARKER, account.uid, account.gid)
+    fifo = work / "pgscope-fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / leftovers.MARKER)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / leftovers.MARKER).write_text(gone)
+    (work / "pgscope-link").symlink_to(elsewhere)
+    assert [found.path for found in leftovers.find([work])] == [ours]
