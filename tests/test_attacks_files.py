@@ -10,15 +10,18 @@ with things planted in it, as a colleague's folder sent for a second opinion wou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import pgscope as pgscope_package
@@ -137,6 +140,71 @@ def pgscope_planted(
     finally:
         out, err = proc.communicate("go\n", timeout=300)
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+# -- 1. a pgbench script gets root's files --------------------------------------------------
+
+# As the load account, in the step's folder, where pgbench writes its logs; pgscope's copy of
+# the script is two folders up, in files/N/. Between two steps it swaps that copy for a link
+# to a root file (pgscope re-copied the scripts before each step, through the link, then
+# chowned the file to the account), and plants a link among its transaction logs (pgscope
+# read them back and archived them into the run folder). It logs what it managed.
+ATTACK = """#!/bin/sh
+[ -e .done ] && exit 0
+touch .done
+for copy in ../../files/*/attack.sql; do
+    if rm -f "$copy" 2>/dev/null && ln -s {target} "$copy"; then
+        echo swapped >> {drop}/log
+    else
+        echo refused >> {drop}/log
+    fi
+done
+ln -s {log_secret} xact.999999 && echo planted >> {drop}/log
+exit 0
+"""
+
+
+@pytest.mark.server
+def test_a_script_cannot_swap_its_copy_for_a_link_between_steps(
+    tmp_path: Path, vault: Callable[[str, bytes], RootFile]
+) -> None:
+    target = vault("target", b"root's own file\n")
+    # A line as pgbench logs a transaction: client 987654321 would show in the archive.
+    log_secret = vault("log-secret", b"987654321 0 1000 0 1700000000 0\n")
+    drop = Path(tempfile.mkdtemp(prefix="attack-", dir=tempfile.gettempdir()))
+    try:
+        drop.chmod(0o1777)  # the account runs attack.sh from here and logs into it
+        attack = drop / "attack.sh"
+        attack.write_text(ATTACK.format(target=target.path, log_secret=log_secret.path, drop=drop))
+        attack.chmod(0o755)
+        script = drop / "attack.sql"
+        script.write_text(f"\\shell {attack}\nSELECT 1;\n")
+        script.chmod(0o644)
+        spec = tmp_path / "spec.toml"
+        spec.write_text(
+            f'name = "swap"\nscripts = ["{script}"]\nscale = 0\nclients = [1]\n'
+            "duration = 1\nwarmup = 0\nrepeats = 2\ncollectors = {}\n"
+        )
+        results = tmp_path / "results"
+        result = pgscope("run", str(spec), "--results-dir", str(results), "--json")
+        log = (drop / "log").read_text().split()
+    finally:
+        shutil.rmtree(drop, ignore_errors=True)
+    target.untouched()
+    log_secret.untouched()
+    assert "planted" in log and "refused" in log, f"the attack ran: {log}"
+    assert "swapped" not in log, log
+    doc = run_doc(result)
+    assert len(doc["steps"]) == 2
+    run_dir = Path(doc["run_dir"])
+    for archive in run_dir.glob("steps/*/xact.parquet"):
+        with contextlib.closing(duckdb.connect()) as db:
+            rows = db.execute(
+                f"SELECT count(*) FROM '{archive}' WHERE client_id = 987654321"
+            ).fetchone()
+        assert rows == (0,), f"{archive} holds the planted log's line"
+    assert len(list(run_dir.glob("steps/*/xact.parquet"))) == 2
+    nowhere(b"987654321", run_dir, outputs=(result.stdout, result.stderr))
 
 
 # -- 3. report files follow planted links ----------------------------------------------------
