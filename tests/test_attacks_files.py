@@ -11,7 +11,9 @@ with things planted in it, as a colleague's folder sent for a second opinion wou
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -25,7 +27,8 @@ import duckdb
 import pytest
 
 import pgscope as pgscope_package
-from tests.conftest import pgscope, run_doc
+from pgscope.errors import ExitCode
+from tests.conftest import one_line_error, pgscope, run_doc
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the attacks are on what pgscope does as root"
@@ -207,6 +210,66 @@ def test_a_script_cannot_swap_its_copy_for_a_link_between_steps(
     nowhere(b"987654321", run_dir, outputs=(result.stdout, result.stderr))
 
 
+# -- 2. export of a received folder ----------------------------------------------------------
+
+
+@pytest.mark.server
+def test_export_names_its_files_from_its_own_list_never_from_the_store(
+    received: Path, tmp_path: Path, vault: Callable[[str, bytes], RootFile]
+) -> None:
+    """Table names with a quote (SQL into COPY ... TO) and with a path (../..)."""
+    target = vault("target", b"root's own file\n")
+    injected = f"run\" TO '{target.path}' (FORMAT csv); COPY \"run"
+    with contextlib.closing(duckdb.connect(str(received / "run.duckdb"))) as db:
+        for name in (injected, "../../escaped"):
+            quoted = '"' + name.replace('"', '""') + '"'
+            db.execute(f"CREATE TABLE {quoted} AS SELECT 'planted' AS what")
+    out = tmp_path / "a" / "b" / "out"
+    result = pgscope("export", str(received), "--out", str(out), "--json")
+    target.untouched()
+    assert result.returncode == 0, result.stderr
+    assert tree(tmp_path / "a") == {"b", "b/out", *(f"b/out/{p}" for p in tree(out))}
+    written = {Path(f["path"]).name for f in json.loads(result.stdout)["files"]}
+    assert "run.csv" in written and "steps.csv" in written
+    assert tree(out) == written, "only the store's own tables, by their own names"
+
+
+@pytest.mark.server
+def test_export_refuses_an_export_folder_planted_as_a_link(
+    received: Path, vault: Callable[[str, bytes], RootFile]
+) -> None:
+    target = vault("steps.csv", b"root's own file\n")
+    (received / "export").symlink_to(target.path.parent)
+    result = pgscope("export", str(received))
+    target.untouched()
+    assert result.returncode == ExitCode.SPEC, result.stderr
+    assert "symbolic link" in one_line_error(result)
+    assert sorted(p.name for p in target.path.parent.iterdir()) == ["steps.csv"]
+
+
+@pytest.mark.server
+def test_export_writes_nothing_through_links_planted_in_the_export_folder(
+    received: Path, vault: Callable[[str, bytes], RootFile]
+) -> None:
+    """Links at the files' names, and at the temporary names the files took from the PID.
+    (DuckDB 2.0's COPY happened to remove a file before writing it, so this attack failed on
+    the old code too; it stays so because pgscope no longer writes there by name.)"""
+    folder = received / "export"
+    folder.mkdir()
+    targets = []
+
+    def plant(pid: int) -> None:
+        for name in ("run.csv", f".run.csv.{pid}.tmp", "steps.csv", f".steps.csv.{pid}.tmp"):
+            targets.append(vault(name.strip("."), b"root's own file\n"))
+            (folder / name).symlink_to(targets[-1].path)
+
+    result = pgscope_planted(["export", str(received)], plant)
+    for target in targets:
+        target.untouched()
+    assert result.returncode == 0, result.stderr
+    assert (folder / "run.csv").is_file() and not (folder / "run.csv").is_symlink()
+
+
 # -- 3. report files follow planted links ----------------------------------------------------
 
 
@@ -231,6 +294,66 @@ def test_report_files_never_follow_links_planted_at_their_names(
     assert result.returncode == 0, result.stderr
     for name in ("summary.json", "summary.txt", "report.html"):
         assert (received / name).is_file() and not (received / name).is_symlink()
+
+
+# -- 4. a store's views and macros are trusted ----------------------------------------------
+
+PLANTS = {
+    # `run` a view over root's files: `runs` printed them, `report` wrote them into reports.
+    "view": (
+        "CREATE TABLE run_kept AS SELECT * FROM run; DROP TABLE run; "
+        "CREATE VIEW run AS SELECT r.* EXCLUDE (recipe, status_reason), s.content AS recipe, "
+        "e.content AS status_reason FROM run_kept r, read_text('{secret}') s, "
+        "read_text('/proc/self/environ') e"
+    ),
+    # A macro in the store's schema shadows DuckDB's own function of that name.
+    "macro": "CREATE MACRO avg(x) AS (SELECT content FROM read_text('{secret}'))",
+}
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_a_store_runs_no_sql_that_reads_roots_files(
+    plant: str, received: Path, tmp_path: Path, vault: Callable[[str, bytes], RootFile]
+) -> None:
+    secret = vault("secret", b"vault-secret-5c2e9a")
+    with contextlib.closing(duckdb.connect(str(received / "run.duckdb"))) as db:
+        db.execute(PLANTS[plant].format(secret=secret.path))
+    environ = "environ-secret-77d1b0"
+    env = {"PGSCOPE_ATTACK_MARK": environ}
+    out = tmp_path / "out"
+    results = [
+        pgscope("runs", "--results-dir", str(received.parent), env=env),
+        pgscope("runs", "--results-dir", str(received.parent), "--json", env=env),
+        pgscope("report", str(received), env=env),
+        pgscope("report", str(received), "--format", "html", env=env),
+        pgscope("export", str(received), "--out", str(out), env=env),
+    ]
+    listed = json.loads(results[1].stdout)
+    assert [r["status"] for r in listed] == ["unreadable"]
+    for result in results[2:]:
+        assert result.returncode == ExitCode.SPEC, result.stderr
+        assert "not a pgscope run store" in one_line_error(result)
+    outputs = tuple(text for r in results for text in (r.stdout, r.stderr))
+    nowhere(secret.content, received, tmp_path / "out", outputs=outputs)
+    nowhere(environ.encode(), received, tmp_path / "out", outputs=outputs)
+    secret.untouched()
+
+
+# -- the fixed list export names files from --------------------------------------------------
+
+
+def test_the_list_of_store_tables_is_every_table_pgscope_creates() -> None:
+    """store.KNOWN_TABLES against every CREATE TABLE in pgscope's source: a table added
+    without it would not be exported."""
+    from pgscope.store import KNOWN_TABLES
+
+    created = {
+        match
+        for path in (SRC / "pgscope").rglob("*.py")
+        for match in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", path.read_text())
+    }
+    assert created == KNOWN_TABLES
 
 
 # -- what a killed run left, and what someone else made look so ------------------------------

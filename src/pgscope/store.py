@@ -18,16 +18,43 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from pgscope.duck import STORAGE_VERSION, column_exists, connect, table_exists
+from pgscope.duck import (
+    STORAGE_VERSION,
+    column_exists,
+    confine,
+    connect,
+    foreign_code,
+    table_exists,
+)
 from pgscope.errors import EnvironmentProblem, InputFileError
 
-__all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
+__all__ = ["KNOWN_TABLES", "RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
 
 # 2: collectors, collector_gaps; 3: timeline.instance, step_instances; 4: steps' transaction
 # outcomes (succeeded ... retries) and workload_error, status "errors"; 5: steps'
 # reconnects and connection_ms (pgbench -C)
 SCHEMA_VERSION = 5
 STORE_FILE = "run.duckdb"
+# Every table a store of pgscope's can hold: the CREATE TABLEs of this module, the collectors
+# (collect/*.py) and observe's windows (windows.py); tests/test_attacks_files.py checks the
+# list against them. Readers that name a table by what a store says (export's file names)
+# take the name from here, never from the store: a received store's table can be called
+# `x" TO '/root/y'` or `../../y`. (Issue 28 declares every store table in one module: this
+# list is then that module's.)
+KNOWN_TABLES = frozenset(
+    {
+        *("schema_info", "run", "settings", "steps", "timeline", "step_instances"),
+        *("latency_seconds", "events", "collectors", "collector_gaps", "windows"),
+        *("activity_samples", "activity_queries", "activity_rate", "activity_blockers"),
+        *("pgws_history", "pgstats_counters", "host_cpu", "wal_device"),
+        *("pglocks_readings", "pglocks_held"),
+        *("statement_readings", "statement_texts", "statement_plans", "statement_own"),
+        "table_readings",
+        *("profiles", "profile_stacks", "profile_processes"),
+        *("usdt_seconds", "usdt_counters", "usdt_latency", "usdt_latency_hist"),
+        *("usdt_checkpoints", "usdt_checkpoint_phases", "usdt_checkpoint_flush_hist"),
+    }
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL);
@@ -243,9 +270,17 @@ class RunStore:
         return cls(db, run_dir)
 
     @classmethod
-    def open(cls, run_dir: Path) -> RunStore:
-        """Open a finished (or interrupted) run read-only."""
+    def open(cls, run_dir: Path, *, writable: Path | None = None) -> RunStore:
+        """Open a finished (or interrupted) run read-only, confined to its own file
+        (duck.confine; `writable`: a folder `COPY ... TO` may write in). A store that defines
+        views or macros, or whose run.duckdb is a link, is not read: a store comes from
+        whoever wrote the folder, and pgscope runs no SQL of theirs, nor reads a file a
+        folder points it at."""
         path = run_dir / STORE_FILE
+        if path.is_symlink():
+            raise InputFileError(
+                f"{run_dir}: {STORE_FILE} is a symbolic link, not a run store of its own: not read"
+            )
         if not path.is_file():
             raise InputFileError(f"{run_dir}: not a pgscope run folder (no {STORE_FILE})")
         try:
@@ -259,6 +294,19 @@ class RunStore:
                     f"{run_dir}: {STORE_FILE} is not a pgscope run store (not a DuckDB file)"
                 ) from None
             raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
+        try:
+            confine(db, None if writable is None else f"{writable}/")
+            foreign = foreign_code(db)
+        except BaseException:
+            db.close()
+            raise
+        if foreign:
+            db.close()
+            raise InputFileError(
+                f"{run_dir}: {STORE_FILE} is not a pgscope run store: it defines "
+                f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''} (pgscope "
+                f"writes no views or macros, and runs none it did not write): not read"
+            )
         store = cls(db, run_dir)
         if not store.has_table("run") or not store.has_table("schema_info"):
             db.close()
