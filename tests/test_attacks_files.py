@@ -19,15 +19,18 @@ import stat
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pytest
+import tomli_w
 
 import pgscope as pgscope_package
 from pgscope.errors import ExitCode
+from pgscope.target.embedded import EmbeddedCluster
 from tests.conftest import one_line_error, pgscope, run_doc
 
 pytestmark = pytest.mark.skipif(
@@ -338,6 +341,73 @@ def test_a_store_runs_no_sql_that_reads_roots_files(
     nowhere(secret.content, received, tmp_path / "out", outputs=outputs)
     nowhere(environ.encode(), received, tmp_path / "out", outputs=outputs)
     secret.untouched()
+
+
+# -- 5. run --again of a received folder ----------------------------------------------------
+
+
+def _edit_spec(folder: Path, edit: Callable[[dict[str, object]], None]) -> None:
+    path = folder / "spec.toml"
+    document = tomllib.loads(path.read_text())
+    edit(document)
+    path.write_text(tomli_w.dumps(document))
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("where", ["outside", "up-and-out", "linked", "init-sql"], ids=lambda w: w)
+def test_run_again_reads_only_the_folders_own_inputs(
+    where: str, received: Path, tmp_path: Path, vault: Callable[[str, bytes], RootFile]
+) -> None:
+    secret = vault("secret.sql", b"SELECT 'vault-secret-91ad40';\n")
+    named = {
+        "outside": str(secret.path),
+        "up-and-out": f"inputs/../../../{secret.path.relative_to(tmp_path)}",
+        "linked": "inputs/linked.sql",
+        "init-sql": str(secret.path),
+    }[where]
+    if where == "linked":
+        (received / "inputs" / "linked.sql").symlink_to(secret.path)
+
+    def edit(spec: dict[str, object]) -> None:
+        if where == "init-sql":
+            spec["init_sql"] = named
+        else:
+            spec["scripts"] = [f"{named}@1"]
+
+    _edit_spec(received, edit)
+    results = tmp_path / "results"
+    result = pgscope("run", "--again", str(received), "--results-dir", str(results))
+    secret.untouched()
+    nowhere(secret.content, tmp_path / "received", results, outputs=(result.stdout, result.stderr))
+    assert result.returncode == ExitCode.SPEC, result.stderr[-2000:]
+    line = one_line_error(result)
+    assert named in line and "inputs" in line, line
+    assert not results.exists() or not any(results.iterdir()), "no run was started"
+
+
+def dsn(cluster: EmbeddedCluster) -> str:
+    return f"host={cluster.socket_dir} port={cluster.port} user=postgres dbname=postgres"
+
+
+@pytest.mark.server
+def test_run_again_on_a_users_server_runs_no_kernel_tracing_its_folder_names(
+    received: Path, cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """A folder's spec.toml naming usdt and perf: on a --dsn server they run only when the
+    user names them on the command line."""
+    _edit_spec(received, lambda spec: spec.update(collectors={"usdt": {}, "perf": {}}))
+    again = ["run", "--again", str(received), "--dsn", dsn(cluster)]
+    plan = pgscope(*again, "--plan", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["collectors"] == []
+    own = pgscope(*again, "--collectors", "usdt", "--plan", "--json")
+    assert json.loads(own.stdout)["collectors"] == ["usdt"], "the user's own flag stands"
+    result = pgscope(*again, "--results-dir", str(tmp_path / "results"), "--json")
+    doc = run_doc(result)
+    dropped = [line for line in result.stderr.splitlines() if "spec.toml, not by you" in line]
+    assert len(dropped) == 2, result.stderr
+    ran = {c["name"] for c in doc["environment"]["collectors"]}
+    assert not ran & {"usdt", "perf"}, ran
 
 
 # -- the fixed list export names files from --------------------------------------------------

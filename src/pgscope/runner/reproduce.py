@@ -19,10 +19,9 @@ import tomli_w
 from pgscope import __version__
 from pgscope.errors import EnvironmentProblem
 from pgscope.files import copy_new, write_atomic
-from pgscope.spec import LoadedSpec
+from pgscope.spec import INPUTS_DIR, LoadedSpec
 
 SPEC_FILE = "spec.toml"
-INPUTS_DIR = "inputs"
 VERSIONS_FILE = "versions.json"
 
 
