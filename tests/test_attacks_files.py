@@ -11,6 +11,7 @@ with things planted in it, as a colleague's folder sent for a second opinion wou
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -408,6 +409,41 @@ def test_run_again_on_a_users_server_runs_no_kernel_tracing_its_folder_names(
     assert len(dropped) == 2, result.stderr
     ran = {c["name"] for c in doc["environment"]["collectors"]}
     assert not ran & {"usdt", "perf"}, ran
+
+
+# -- 6. a planted sampler binary runs as root ------------------------------------------------
+
+
+@pytest.mark.server
+def test_a_sampler_planted_in_the_cache_folder_is_never_run(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """Where pgscope used to build and cache the memory sampler, by its source's hash."""
+    source = SRC / "pgscope" / "collect" / "native" / "shmem_sampler.c"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    cache = tmp_path / "cache"
+    planted = cache / "pgscope" / f"pgscope-shmem-sampler-{digest}"
+    planted.parent.mkdir(parents=True)
+    ran = tmp_path / "planted-ran"
+    planted.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    planted.chmod(0o755)
+    # Finding the arrays can miss its moment on a busy host (our own session's pg_sleep is
+    # not seen in time): the sampler is only looked for after it, so that is tried again.
+    for attempt in range(3):
+        results = tmp_path / f"results-{attempt}"
+        result = pgscope(
+            *("observe", "--data-dir", str(cluster.data_dir), "--duration", "2"),
+            *("--window", "1", "--sampler", "memory", "--results-dir", str(results)),
+            env={"XDG_CACHE_HOME": str(cache)},
+        )
+        assert not ran.exists(), "the planted program ran"
+        if "could not tell the wait and state fields apart" not in result.stderr:
+            break
+    assert result.returncode == 0, result.stderr[-2000:]
+    [run_dir] = results.iterdir()
+    with contextlib.closing(duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)) as db:
+        events = [e for (e,) in db.execute("SELECT detail FROM events").fetchall()]
+    assert any(e.startswith("sampling from the server's shared memory") for e in events), events
 
 
 # -- the fixed list export names files from --------------------------------------------------
