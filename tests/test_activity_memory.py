@@ -9,6 +9,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -21,14 +22,12 @@ import psycopg
 import pytest
 
 from pgscope.collect import shmem
-from pgscope.collect.activitymem import helper_binary, read_batch
+from pgscope.collect.activitymem import BINARY, helper_binary, read_batch, untrusted
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
 from tests.conftest import SMALL_SERVER, pgscope
 
-NO_COMPILER = shutil.which("cc") is None and shutil.which("gcc") is None
-needs_compiler = pytest.mark.skipif(NO_COMPILER, reason="no C compiler: the helper cannot be built")
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="reading another process's memory needs root"
 )
@@ -52,7 +51,6 @@ def fake_segment(path: Path) -> int:
     return len(data)
 
 
-@needs_compiler
 def test_helper_copies_the_slots_in_use_on_schedule_and_flushes_when_stopped(
     tmp_path: Path,
 ) -> None:
@@ -60,7 +58,7 @@ def test_helper_copies_the_slots_in_use_on_schedule_and_flushes_when_stopped(
     fd = os.open(tmp_path / "segment", os.O_RDONLY)
     try:
         helper = subprocess.Popen(
-            [str(helper_binary(tmp_path / "cache")), str(fd), str(size), "100", "1000", *LAYOUT],
+            [str(helper_binary()), str(fd), str(size), "100", "1000", *LAYOUT],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(fd,),
@@ -88,14 +86,13 @@ def test_helper_copies_the_slots_in_use_on_schedule_and_flushes_when_stopped(
     assert batch.query_id.tolist() == [0, 42] * ticks
 
 
-@needs_compiler
 def test_helper_refuses_a_layout_outside_its_mapping_in_one_line(tmp_path: Path) -> None:
     size = fake_segment(tmp_path / "segment")
     fd = os.open(tmp_path / "segment", os.O_RDONLY)
     try:
         layout = [*LAYOUT[:6], "40", *LAYOUT[7:]]  # 40 status slots: beyond the file
         done = subprocess.run(
-            [str(helper_binary(tmp_path / "cache")), str(fd), str(size), "100", "100", *layout],
+            [str(helper_binary()), str(fd), str(size), "100", "100", *layout],
             capture_output=True,
             text=True,
             pass_fds=(fd,),
@@ -107,6 +104,38 @@ def test_helper_refuses_a_layout_outside_its_mapping_in_one_line(tmp_path: Path)
     assert done.stderr.strip().splitlines() == [
         "pgscope-shmem-sampler: the status array lies outside the mapping"
     ]
+
+
+def test_the_sampler_runs_only_where_no_one_but_root_could_have_changed_it(
+    tmp_path: Path,
+) -> None:
+    """The package's own binary passes; a copy that its group may write, one that another
+    account owns, a link, and one in a folder others may write are each refused, in one line
+    that names the file or folder."""
+    assert untrusted(BINARY) is None
+    assert helper_binary() == BINARY
+    folder = tmp_path / "bin"
+    folder.mkdir(mode=0o755)
+    copy = folder / "pgscope-shmem-sampler"
+    shutil.copy(BINARY, copy)
+    copy.chmod(0o775)
+    assert untrusted(copy) == f"{copy} is writable by its group"
+    with pytest.raises(shmem.ShmemError, match="writable by its group"):
+        helper_binary(copy)
+    copy.chmod(0o755)
+    postgres = server_account(None)
+    if postgres.uid != os.geteuid():
+        os.chown(copy, postgres.uid, postgres.gid)
+        assert untrusted(copy) == f"{copy} belongs to uid {postgres.uid}, not root"
+        os.chown(copy, os.geteuid(), os.getegid())
+    link = folder / "link"
+    link.symlink_to(BINARY)
+    assert "not a regular file" in (untrusted(link) or "")
+    # Here the file itself is fine: the first folder above it that others may write is named.
+    shared = next(p for p in copy.parents if os.stat(p).st_mode & 0o022)
+    problem = untrusted(copy) or ""
+    assert problem.startswith(f"{shared} is writable by") and "above the sampler" in problem
+    assert "\n" not in problem
 
 
 # -- on a real server, as root ----------------------------------------------------------------
@@ -188,7 +217,6 @@ def profile(store: Path) -> tuple[dict[tuple[str, ...], float], int, list[str]]:
 
 
 @needs_root
-@needs_compiler
 def test_memory_source_sees_planted_waits_as_the_sql_source_does(
     planted: EmbeddedCluster, tmp_path: Path
 ) -> None:
@@ -210,7 +238,32 @@ def test_memory_source_sees_planted_waits_as_the_sql_source_does(
 
 
 @needs_root
-@needs_compiler
+def test_the_memory_sampler_runs_on_a_host_without_a_compiler(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """It ships built: with no C compiler on PATH (only the venv's and PostgreSQL's programs)
+    `observe` samples from shared memory all the same."""
+    path = f"{Path(sys.executable).parent}:{cluster.pg.bindir}"
+    for folder in path.split(":"):
+        assert not {"cc", "gcc"} & {p.name for p in Path(folder).iterdir()}, folder
+    # Finding the arrays can miss its moment on a busy host: tried again then.
+    for attempt in range(3):
+        results = tmp_path / f"results-{attempt}"
+        result = pgscope(
+            *("observe", "--data-dir", str(cluster.data_dir), "--duration", "2"),
+            *("--window", "1", "--sampler", "memory", "--results-dir", str(results)),
+            env={"PATH": path},
+        )
+        if "could not tell the wait and state fields apart" not in result.stderr:
+            break
+    assert result.returncode == 0, result.stderr[-2000:]
+    [run_dir] = results.iterdir()
+    _, samples, events = profile(run_dir / "run.duckdb")
+    assert any(e.startswith("sampling from the server's shared memory") for e in events), events
+    assert samples >= 50
+
+
+@needs_root
 def test_memory_source_finds_the_layout_again_after_a_restart(
     cluster: EmbeddedCluster, tmp_path: Path
 ) -> None:

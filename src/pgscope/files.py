@@ -1,8 +1,12 @@
 """Files pgscope writes whole (summaries, reports): all of the new one, or the old one intact;
-and scratch trees removed whole.
+files created and read without following links; and scratch trees removed whole.
 
 A plain `write_text` truncates first: on a full or read-only disk it left an empty
-summary.json behind, which readers then took for a broken run.
+summary.json behind, which readers then took for a broken run. It also follows a symbolic link
+in the file's place: a run folder received from someone else, with `summary.json` planted as a
+link to a file of root's, made `pgscope report --format html` (as root) overwrite that file.
+So a file is written under a fresh name that no one else can have made (O_EXCL) and renamed
+over its place: a rename replaces a link, never what it points to.
 """
 
 from __future__ import annotations
@@ -10,20 +14,37 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
+import tempfile
 import time
 from pathlib import Path
+from typing import IO, Any
 
 from pgscope.errors import EnvironmentProblem
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`. Raises
-    EnvironmentProblem, one line, when the folder cannot take it (full, read-only, gone)."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for a moment, for every
+    thread)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def write_atomic(path: Path, text: str | bytes, *, mode: int | None = None) -> Path:
+    """Write `text` to a new temporary file beside `path`, then rename it over `path`. Raises
+    EnvironmentProblem, one line, when the folder cannot take it (full, read-only, gone).
+    `mode`: the file's permissions (default: 0666 less the umask, as open() makes them)."""
     existed = path.exists()
+    temp: Path | None = None
     try:
-        with temp.open("w", encoding="utf-8") as out:
-            out.write(text)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        temp = Path(name)
+        with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), 0o666 & ~_umask() if mode is None else mode)
+            out.write(text.encode("utf-8") if isinstance(text, str) else text)
             out.flush()
             os.fsync(out.fileno())  # the rename must not outlive the data on a crash
         os.replace(temp, path)
@@ -37,9 +58,98 @@ def write_atomic(path: Path, text: str) -> Path:
     return path
 
 
-def _discard(temp: Path) -> None:
-    with contextlib.suppress(OSError):
-        temp.unlink()
+def _discard(temp: Path | None) -> None:
+    if temp is not None:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+
+
+_FLAGS = {
+    "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+    "wb": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+    "ab": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+}
+
+
+def open_for_writing(path: Path, mode: str = "w") -> IO[Any]:
+    """`path` opened to write ("w", "wb") or append ("ab"), for output that streams in (a
+    program's stdout, a trace): a link in its place is an error, not followed, and so is
+    anything but a regular file there (a FIFO would block)."""
+    fd = os.open(path, _FLAGS[mode] | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of `path`, a regular file: OSError when it is a link (never followed) or
+    anything else (a FIFO, a device). For files in folders pgscope did not make."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read() if limit is None else handle.read(limit)
+    finally:
+        os.close(fd)
+
+
+def open_beneath(trusted: Path, path: Path, flags: int, mode: int = 0o666) -> int:
+    """`os.open(path, flags)` where `path` lies in `trusted` (opened as given) and every folder
+    between them, and the file itself, may belong to another account (a cluster's folder and
+    data directory, the server's): no link on the way is followed, so that account cannot
+    point root at a file of root's by putting a link, or swapping a folder for one, anywhere
+    in the path."""
+    folder = os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        *parts, name = path.relative_to(trusted).parts
+        for part in parts:
+            inner = os.open(
+                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder
+            )
+            os.close(folder)
+            folder = inner
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def copy_new(
+    source: Path, target: Path, *, mode: int | None = None, group: int | None = None
+) -> Path:
+    """Copy `source`, a regular file, into a new file `target`, which must not exist (a link
+    there is not followed, nor replaced). Its permissions: `mode`, else at most the source's
+    and never more open than 0644 (a file only its owner may read stays so in a folder others
+    can read); its group: `group`, else pgscope's."""
+    src = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(src)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{source}: not a regular file")
+        os.set_blocking(src, True)
+        dst = os.open(
+            target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        with os.fdopen(dst, "wb") as writer:
+            try:
+                if group is not None:
+                    os.fchown(writer.fileno(), -1, group)
+                shown = stat.S_IMODE(info.st_mode) & 0o644 & ~_umask() if mode is None else mode
+                os.fchmod(writer.fileno(), shown)
+                with os.fdopen(src, "rb", closefd=False) as reader:
+                    shutil.copyfileobj(reader, writer)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(target)
+                raise
+    finally:
+        os.close(src)
+    return target
 
 
 def remove_tree(path: Path, within_s: float = 5.0) -> bool:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgscope.files import remove_tree
+from pgscope.files import read_regular, remove_tree, write_atomic
 
 MARKER = ".pgscope-owner"
 PREFIX = "pgscope-"
@@ -34,7 +35,7 @@ def _start_time(pid: int) -> str | None:
 
 def claim(directory: Path) -> None:
     """Mark `directory` as this process's: the next run removes it if this one dies."""
-    (directory / MARKER).write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+    write_atomic(directory / MARKER, f"{os.getpid()} {_start_time(os.getpid())}\n")
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,16 @@ class Leftover:
 
 
 def _owner(directory: Path) -> tuple[int, str] | None:
+    """The maker named by `directory`'s marker, if pgscope (this user) wrote it: $TMPDIR is
+    everyone's, and a folder anyone made with a marker of their own (or a link to a server's
+    data directory) would have had root stop that server and remove the folder."""
     try:
-        pid_text, started = (directory / MARKER).read_text().split()
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return None  # a link, a file
+        marker = os.lstat(directory / MARKER)
+        if not stat.S_ISREG(marker.st_mode) or marker.st_uid != os.geteuid():
+            return None
+        pid_text, started = read_regular(directory / MARKER, 4096).decode().split()
         return int(pid_text), started
     except (OSError, ValueError):
         return None
@@ -70,9 +79,15 @@ def _size(directory: Path) -> int:
 def _postmasters(directory: Path) -> tuple[int, ...]:
     """PIDs of postmasters running from a data directory inside `directory`."""
     found = []
-    for pidfile in directory.glob("**/postmaster.pid"):
+    # Not through links (os.walk follows none): a data directory is its account's.
+    pidfiles = [
+        Path(folder, "postmaster.pid")
+        for folder, _dirs, files in os.walk(directory)
+        if "postmaster.pid" in files
+    ]
+    for pidfile in pidfiles:
         try:
-            pid = int(pidfile.read_text().split("\n", 1)[0])
+            pid = int(read_regular(pidfile, 4096).decode().split("\n", 1)[0])
             cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
             name = Path(f"/proc/{pid}/comm").read_text().strip()
         except (OSError, ValueError):

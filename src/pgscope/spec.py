@@ -7,9 +7,11 @@ Validation names the field (or the flag that set it) and the reason, on one line
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -40,6 +42,9 @@ BUILTIN_WORKLOADS = ("select-only", "tpcb-like", "simple-update")
 WRITE_WORKLOADS = frozenset({"tpcb-like", "simple-update"})
 
 SettingValue = str | int | float | bool
+
+# A run folder's copies of the files its spec names (runner/reproduce.py keeps them).
+INPUTS_DIR = "inputs"
 
 # Reserved keys in `settings` and variants: how pgscope runs the cluster, not server settings.
 PGSCOPE_KEYS = {
@@ -343,18 +348,53 @@ class LoadedSpec:
     source: str  # "recipe scaling" or a file path
     base_dir: Path  # where relative script paths resolve
     toml_text: str
+    # `run --again`: the run folder whose spec.toml this is. A folder may come from someone
+    # else; the files it names are then only its own copies (kept_input).
+    kept_in: Path | None = None
+    flagged: frozenset[str] = frozenset()  # fields the command line set
 
     def scripts(self) -> list[ScriptRef]:
+        for text in self.spec.scripts:
+            self._kept_input("scripts", "script", split_weight(text)[0])
         return [ScriptRef.parse(s, self.base_dir) for s in self.spec.scripts]
 
     def init_sql_path(self) -> Path | None:
         if self.spec.init_sql is None:
             return None
+        self._kept_input("init_sql", "init_sql", self.spec.init_sql)
         path = bundled_or(Path(os.path.expanduser(self.spec.init_sql)), self.base_dir)
         problem = not_a_file(path)
         if problem:
             raise InputFileError(f"init_sql {self.spec.init_sql}: {problem}")
         return path.resolve()
+
+    @property
+    def own_collectors(self) -> bool:
+        """Whether the collector selection is the user's own: their spec file's, or their
+        --collectors; not that of a run folder's spec.toml run again (someone else's file),
+        unless the command line replaced it."""
+        return self.kept_in is None or "collectors" in self.flagged
+
+    def _kept_input(self, field: str, what: str, text: str) -> None:
+        """Under `run --again`, a file the folder's spec.toml names (not one the command line
+        does) must be one of the folder's own copies, `inputs/NAME`: a regular file, in an
+        inputs/ that is a folder, neither a link. Else InputFileError naming it: a received
+        folder's spec.toml naming `/root/secret` made root copy that file into the new run's
+        inputs/ and pgbench's errors."""
+        if self.kept_in is None or field in self.flagged:
+            return
+        inputs = self.kept_in / INPUTS_DIR
+        parts = Path(text).parts
+        ok = len(parts) == 2 and parts[0] == INPUTS_DIR and parts[1] not in (".", "..")
+        if ok:
+            with contextlib.suppress(OSError):
+                folder, file = os.lstat(inputs), os.lstat(inputs / parts[1])
+                ok = stat.S_ISDIR(folder.st_mode) and stat.S_ISREG(file.st_mode)
+        if not ok:
+            raise InputFileError(
+                f"{what} {text} is not a file of {inputs}/ (a run folder runs again only "
+                f"with its own copies of its files)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,12 +459,15 @@ def load_spec(
     overrides: dict[str, Any] | None = None,
     override_flags: dict[str, str] | None = None,
     extra_settings: dict[str, str] | None = None,
+    kept_in: Path | None = None,
 ) -> LoadedSpec:
     """Load a recipe name or a TOML file, apply `[quick]` and flag overrides, validate.
 
     `override_flags` maps a field to the flag that set it, so an error says `--clients`
     rather than `field clients` when the bad value came from the command line.
-    `extra_settings` (from --set) are merged over the spec's own settings.
+    `extra_settings` (from --set) are merged over the spec's own settings. `kept_in`: the
+    run folder whose spec.toml this is (`run --again`): the files the spec names must be that
+    folder's own copies (LoadedSpec.kept_in).
     """
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         path = Path(name_or_path).expanduser()
@@ -463,7 +506,7 @@ def load_spec(
         spec = Spec.model_validate(raw)
     except ValidationError as exc:
         raise SpecError(_format_validation_error(exc, source, override_flags or {})) from None
-    loaded = LoadedSpec(spec, source, base_dir, text)
+    loaded = LoadedSpec(spec, source, base_dir, text, kept_in, frozenset(override_flags or {}))
     # Check referenced files now, not at step 5 of a long run.
     loaded.scripts()
     loaded.init_sql_path()

@@ -19,13 +19,12 @@ import duckdb
 import numpy as np
 
 from pgscope import tables
-from pgscope.duck import STORAGE_VERSION, connect, table_exists
+from pgscope.duck import STORAGE_VERSION, confine, connect, foreign_code, table_exists
 from pgscope.errors import EnvironmentProblem, InputFileError
 
 __all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
 
 STORE_FILE = "run.duckdb"
-
 STEP_RESULT_COLUMNS = (
     "window_start_us",
     "window_end_us",
@@ -162,10 +161,18 @@ class RunStore:
         return cls(db, run_dir)
 
     @classmethod
-    def open(cls, run_dir: Path) -> RunStore:
-        """Open a finished (or interrupted) run read-only. Every declared table reads as
-        declared, whichever version wrote the store (`tables.shadow`)."""
+    def open(cls, run_dir: Path, *, writable: Path | None = None) -> RunStore:
+        """Open a finished (or interrupted) run read-only, confined to its own file
+        (duck.confine; `writable`: a folder `COPY ... TO` may write in). A store that defines
+        views or macros, or whose run.duckdb is a link, is not read: a store comes from
+        whoever wrote the folder, and pgscope runs no SQL of theirs, nor reads a file a
+        folder points it at. Every declared table reads as declared, whichever version wrote
+        the store (`tables.shadow`)."""
         path = run_dir / STORE_FILE
+        if path.is_symlink():
+            raise InputFileError(
+                f"{run_dir}: {STORE_FILE} is a symbolic link, not a run store of its own: not read"
+            )
         if not path.is_file():
             raise InputFileError(f"{run_dir}: not a pgscope run folder (no {STORE_FILE})")
         try:
@@ -179,6 +186,19 @@ class RunStore:
                     f"{run_dir}: {STORE_FILE} is not a pgscope run store (not a DuckDB file)"
                 ) from None
             raise InputFileError(f"{run_dir}: cannot open the run store: {exc}") from None
+        try:
+            confine(db, None if writable is None else f"{writable}/")
+            foreign = foreign_code(db)
+        except BaseException:
+            db.close()
+            raise
+        if foreign:
+            db.close()
+            raise InputFileError(
+                f"{run_dir}: {STORE_FILE} is not a pgscope run store: it defines "
+                f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''} (pgscope "
+                f"writes no views or macros, and runs none it did not write): not read"
+            )
         present = tables.shadow(db)
         if not {"run", "schema_info"} <= present:
             db.close()

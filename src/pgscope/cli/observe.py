@@ -65,7 +65,8 @@ def observe(
         Sampler,
         typer.Option(
             help="Where wait samples come from. auto: memory where it can (root, the server "
-            "on this host, a C compiler), else sql, saying why. memory: a compiled reader of "
+            "on this host, the sampler built with pgscope), else sql, saying why. memory: a "
+            "compiled reader of "
             "the server's shared memory, ~0.04 ms of CPU per sample, none of it the server's. "
             "sql: the server reads its status array for each sample (any server, "
             "pg_monitor; ~0.12 ms per sample). Both agree with pg_wait_sampling within a "

@@ -284,6 +284,7 @@ def run(
             overrides=overrides,
             override_flags=flags,
             extra_settings=settings,
+            kept_in=again,
         )
     except InputFileError as exc:
         if again is None:
@@ -367,6 +368,8 @@ def kept_spec(run_dir: Path) -> Path:
     if not (run_dir / STORE_FILE).is_file():
         raise InputFileError(f"--again {run_dir}: not a pgscope run folder (no {STORE_FILE})")
     path = run_dir / SPEC_FILE
+    if path.is_symlink():  # a folder from elsewhere may point it at any file
+        raise InputFileError(f"--again {run_dir}: its {SPEC_FILE} is a symbolic link: not read")
     if not path.is_file():
         raise InputFileError(
             f"--again {run_dir}: the folder has no {SPEC_FILE} (only `pgscope run` keeps one, "
@@ -427,7 +430,9 @@ def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
             v: {k: setting_text(x) for k, x in {**spec.settings, **spec.variants[v]}.items()}
             for v in spec.variants
         },
-        "collectors": sorted(run_selection(spec, target is not None, lambda _: None)),
+        "collectors": sorted(
+            run_selection(spec, target is not None, lambda _: None, loaded.own_collectors)
+        ),
         "order": [
             {"step_id": s.step_id, "variant": s.variant, "clients": s.clients, "repeat": s.repeat}
             for s in steps

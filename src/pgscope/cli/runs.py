@@ -127,8 +127,10 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
 
 def _verdict(run_dir: Path) -> str | None:
     """The verdict the run's summary.json gives (None: no summary was written)."""
-    try:
-        document = json.loads((run_dir / "summary.json").read_text())
+    from pgscope.files import read_regular
+
+    try:  # a link planted in its place is not followed
+        document = json.loads(read_regular(run_dir / "summary.json"))
     except (OSError, ValueError):
         return None
     verdict = document.get("verdict") if isinstance(document, dict) else None

@@ -1,15 +1,16 @@
 """The activity sampler's loop when it reads the server's shared memory (collect/shmem.py)
 instead of asking it: same tables, same rows, no work for the server per sample.
 
-Each sample is taken by a small compiled program (collect/native/shmem_sampler.c, built on
-first use with the host's C compiler): it wakes on schedule, reads, per process slot in use,
-its pid, wait_event_info, state, backend type and query_id from the mapped segment, and
-writes a second of samples at a time down a pipe as columns of numbers. After a second that
-held something new, or every META_MAX_S (`META_SQL`, one statement), the server names what
-numbers cannot say: each process's backend type, database, user and application, and the
-texts of new query ids; and, from what each process was waiting on around that statement,
-votes for the names of waits the server's list leaves out (waitnames.py). The numbers become
-rows in DuckDB when written (every `flush_s`).
+Each sample is taken by a small compiled program (collect/native/shmem_sampler.c, built when
+pgscope is installed, run only from the package's folder and checked first: `helper_binary`):
+it wakes on schedule, reads, per process slot in use, its pid, wait_event_info, state,
+backend type and query_id from the mapped segment, and writes a second of samples at a time
+down a pipe as columns of numbers. After a second that held something new, or every
+META_MAX_S (`META_SQL`, one statement), the server names what numbers cannot say: each
+process's backend type, database, user and application, and the texts of new query ids; and,
+from what each process was waiting on around that statement, votes for the names of waits the
+server's list leaves out (waitnames.py). The numbers become rows in DuckDB when written
+(every `flush_s`).
 
 What it costs (docs/benchmarks.md, "A sampler that reads shared memory"): no server CPU per
 sample; ~15 us of the helper's per sample (a wake-up and the reads), a second's decoding and
@@ -20,10 +21,9 @@ after its postmaster is gone).
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -73,6 +73,9 @@ class Host(Protocol):
 
 SOURCE = Path(__file__).parent / "native" / "shmem_sampler.c"
 HELPER = "pgscope-shmem-sampler"
+# Built from SOURCE when pgscope is installed (scripts/setup.sh, hatch_build.py): it ships
+# with the package, and a host without a C compiler samples from memory all the same.
+BINARY = Path(__file__).parent / "native" / "bin" / HELPER
 MAGIC = 0x53534750
 META_MAX_S = 10.0
 IDLE_CLASSES = (0x05, 0x07)  # Activity, Extension: a background process's main-loop waits
@@ -104,26 +107,58 @@ WHERE wait_event_type = n.kind AND wait_event = n.number
 """
 
 
-def helper_binary(cache: Path | None = None) -> Path:
-    """The compiled sampler, built from SOURCE on first use (and again when SOURCE changes):
-    ShmemError when there is no C compiler."""
-    code = SOURCE.read_bytes()
-    folder = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pgscope"
-    binary = folder / f"{HELPER}-{hashlib.sha256(code).hexdigest()[:12]}"
-    if binary.is_file():
-        return binary
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise shmem.ShmemError("no C compiler to build the sampler; fix: apt-get install gcc")
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = binary.with_name(f"{binary.name}.{os.getpid()}")
-    built = subprocess.run(
-        [compiler, "-O2", "-o", str(partial), str(SOURCE)], capture_output=True, text=True
-    )
-    if built.returncode != 0:
-        raise shmem.ShmemError(f"building the sampler failed: {built.stderr.strip()[:300]}")
-    partial.replace(binary)
-    return binary
+def helper_binary(path: Path = BINARY) -> Path:
+    """The compiled sampler, checked to be safe to run (`untrusted`): ShmemError, one line,
+    says why not. It is built with the package (scripts/setup.sh; hatch_build.py when a wheel
+    is built), never here: a program built on first use and cached in the user's cache folder
+    was run as root from wherever that folder said, whoever had put it there."""
+    problem = untrusted(path)
+    if problem is not None:
+        raise shmem.ShmemError(problem)
+    return path
+
+
+def untrusted(path: Path) -> str | None:
+    """Why running `path` could run a program someone other than root (or this user) chose,
+    or None: it must be a regular file, executable, owned by root or this process's user and
+    writable by no one else, in folders (every one above it, as named and as resolved) that
+    are owned by root or this user and writable by no one else."""
+    euid = os.geteuid()
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return (
+            f"the sampler is not built ({path} is missing; scripts/setup.sh, or installing "
+            f"pgscope from a wheel, builds it)"
+        )
+    except OSError as exc:
+        return f"cannot check the sampler {path}: {exc.strerror or exc}"
+    if not stat.S_ISREG(found.st_mode):
+        return f"the sampler {path} is not a regular file (a link, say): not run"
+    problem = _foreign(path, found, euid)
+    if problem is not None:
+        return problem
+    if not found.st_mode & stat.S_IXUSR:
+        return f"the sampler {path} is not executable"
+    absolute = Path(os.path.abspath(path))
+    for folder in dict.fromkeys([*absolute.parents, *Path(os.path.realpath(path)).parents]):
+        try:
+            info = os.stat(folder)
+        except OSError as exc:
+            return f"cannot check {folder}, above the sampler: {exc.strerror or exc}"
+        problem = _foreign(folder, info, euid)
+        if problem is not None:
+            return f"{problem}, above the sampler: not run"
+    return None
+
+
+def _foreign(path: Path, info: os.stat_result, euid: int) -> str | None:
+    """Why someone other than root or `euid` could change `path`, or None."""
+    if info.st_uid not in (0, euid):
+        return f"{path} belongs to uid {info.st_uid}, not root"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by {'others' if info.st_mode & stat.S_IWOTH else 'its group'}"
+    return None
 
 
 @dataclass
@@ -177,7 +212,7 @@ class Helper:
     """The compiled sampler running on `layout`'s segment at `hz`, a second per batch."""
 
     def __init__(self, layout: shmem.Layout, hz: float) -> None:
-        binary = helper_binary()  # before the descriptor: a failed build leaks nothing
+        binary = helper_binary()  # before the descriptor: a refusal leaks nothing
         fd, start, end = shmem.open_segment(layout)
         procs, statuses = layout.procs, layout.statuses
         argv = [

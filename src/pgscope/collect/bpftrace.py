@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from pgscope.collect.base import CollectorError
+from pgscope.files import open_for_writing
 from pgscope.proc import spawn, stop_process
 
 # Matched on the raw line, so that a multi-megabyte map print is never parsed twice.
@@ -92,7 +93,7 @@ class BpftraceProcess:
         self._program_file = stack
         # Appended, never truncated: a collector that re-attaches keeps every attempt's
         # messages, and reason() reads only this process's part.
-        with self.stderr_path.open("ab") as stderr:
+        with open_for_writing(self.stderr_path, "ab") as stderr:
             self._stderr_start = stderr.tell()
             self.proc = spawn(
                 [bpftrace, "-f", "json", path, *self.args],

@@ -30,6 +30,7 @@ from pgscope.collect.bpftrace import BpftraceProcess, bpftrace_binary
 from pgscope.collect.elfsymbols import AddressSymbolizer
 from pgscope.collect.offcpufold import fold_offcpu
 from pgscope.collect.profiling import FoldedProfile, ProfileCollector, Segment
+from pgscope.files import open_for_writing
 
 READY_TIMEOUT_S = 60.0  # bpftrace compiles and attaches in ~1.5 s here; a loaded host is slower
 STOP_GRACE_S = 60.0
@@ -67,7 +68,7 @@ class OffCpuTrace:
         self._out.write(line)
 
     def start(self) -> None:
-        self._out = self.output.open("wb")
+        self._out = open_for_writing(self.output, "wb")
         try:
             self.process.start()
             self.process.wait_ready(READY_TIMEOUT_S)

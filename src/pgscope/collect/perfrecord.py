@@ -22,6 +22,7 @@ from typing import Any
 from pgscope.collect.base import CollectorError
 from pgscope.collect.perffold import ProcessTree
 from pgscope.collect.roles import cluster_pids
+from pgscope.files import open_for_writing
 from pgscope.leftovers import claim
 from pgscope.proc import spawn, stop_process
 
@@ -53,7 +54,7 @@ class PerfRecording:
         ctl, ack = self._fifo_dir / "ctl", self._fifo_dir / "ack"
         os.mkfifo(ctl, 0o600)
         os.mkfifo(ack, 0o600)
-        self._stderr = (self.output.parent / f"{self.output.name}.log").open("wb")
+        self._stderr = open_for_writing(self.output.parent / f"{self.output.name}.log", "wb")
         argv = [
             self.perf,
             "record",

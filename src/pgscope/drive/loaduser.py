@@ -7,9 +7,21 @@ user's server, the same account, or `nobody` where there is no `postgres`). Root
 with the kernel-side collectors (bpftrace, perf) and pgscope itself.
 
 That account may not reach the results folder (under `/root`, say) or the user's scripts, so
-each run gets a private directory (0700, owned by the account, removed at the end) where
-pgbench writes its transaction logs and reads copies of the scripts; pgscope, as root, reads
-the logs from there and archives them into the run folder.
+each run gets a private directory, and that directory is root's: the account could otherwise
+replace anything in it, between two steps, with a link, and root would then write through the
+link (a script whose `\\shell` swapped its copy for a link to a root file made root overwrite
+that file with the script and hand it to the account). So:
+
+    pgscope-load-XXXX/        root, 0711: only root makes or replaces anything here
+      files/N/script.sql      root, the account's group, 0750/0640: copies the account reads
+      work/                   the account's, 0700: where pgbench -i and psql start
+      steps/NNNN/             the account's, 0700: a step's pgbench writes its logs here
+      taken/NNNN/             root, 0700: the logs, moved out of the account's reach
+
+Root never writes, chowns or follows a link inside the account's folders: it makes them (in
+its own folder, where no one else can have put anything) and, after a step, moves pgbench's
+logs out of them by name (a rename moves a link, never what it points to), keeping only
+regular files the account owns.
 """
 
 from __future__ import annotations
@@ -17,12 +29,15 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgscope.files import copy_new
 from pgscope.leftovers import claim
 from pgscope.proc import RunAs, server_account
 
@@ -43,36 +58,90 @@ def load_account(requested: str | None) -> RunAs:
 
 @dataclass(frozen=True)
 class LoadUser:
-    """The account that runs pgbench and psql, and its private working directory."""
+    """The account that runs pgbench and psql, and the private directory it works in."""
 
     run_as: RunAs
-    workdir: Path
+    base: Path  # root's; only root writes in it
+    workdir: Path  # the account's own folder in `base`
 
     @classmethod
     @contextlib.contextmanager
     def private(cls, run_as: RunAs, parent: Path) -> Iterator[LoadUser]:
-        """A fresh working directory for `run_as` under `parent`, removed on the way out."""
-        workdir = Path(tempfile.mkdtemp(prefix="pgscope-load-", dir=parent))
+        """A fresh private directory for `run_as` under `parent`, removed on the way out."""
+        base = Path(tempfile.mkdtemp(prefix="pgscope-load-", dir=parent))
         try:
-            claim(workdir)
-            run_as.chown(workdir)
-            yield cls(run_as, workdir)
+            claim(base)
+            os.chmod(base, 0o711)  # the account reaches its folders, and lists nothing
+            user = cls(run_as, base, base / "work")
+            user._folder(user.workdir, 0o700, owned=True)
+            yield user
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(base, ignore_errors=True)  # never follows a link it meets
 
-    def directory(self, name: str) -> Path:
-        """A subdirectory of the working directory the account can write in."""
-        path = self.workdir / name
-        if not path.is_dir():
-            path.mkdir(parents=True)
+    def _folder(self, path: Path, mode: int = 0o711, *, owned: bool = False) -> Path:
+        """A folder under `base` made by root (idempotent), with `mode`: the account's own
+        (`owned`), else root's with the account's group (which 0750 lets read it). Everything
+        above it is root's, so nothing can have been planted in its place."""
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            return path  # made by an earlier call
+        if owned:
             self.run_as.chown(path)
+        elif self.run_as.switches_user:
+            os.chown(path, -1, self.run_as.gid)
+        os.chmod(path, mode)
         return path
 
+    def step_folder(self, name: str) -> Path:
+        """A folder the account writes in for one step (pgbench's transaction logs)."""
+        return self._folder(self._folder(self.base / "steps") / name, 0o700, owned=True)
+
     def readable_copy(self, source: Path, slot: str) -> Path:
-        """A copy of `source` the account can read, keeping its file name (pgbench and psql
-        name the script in their messages). Copied by pgscope, so a file only root may read
-        is passed on: the user who gave it to pgscope could read it."""
-        target = self.directory(f"files/{slot}") / source.name
-        shutil.copyfile(source, target)
-        self.run_as.chown(target)
+        """A copy of `source` the account can read and not replace, keeping its file name
+        (pgbench and psql name the script in their messages): root's, in a folder of root's,
+        readable by the account's group. Copied by pgscope, so a file only root may read is
+        passed on: the user who gave it to pgscope could read it."""
+        folder = self._folder(self._folder(self.base / "files") / slot, 0o750)
+        target = folder / source.name
+        # A fresh name, renamed over the last step's copy: a pgbench still reading that one
+        # reads it whole.
+        temp = folder / f".{source.name}.{os.getpid()}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+        group = self.run_as.gid if self.run_as.switches_user else None
+        copy_new(source, temp, mode=0o640, group=group)
+        os.replace(temp, target)
         return target
+
+    def take_logs(self, prefix: Path) -> list[Path]:
+        """pgbench's per-transaction logs `prefix`.PID (and .PID.THREAD for -j > 1), written
+        by the account in a step folder: moved by name into a folder of root's, and of those
+        only regular files the account owns, with no other name (a hard link), are kept.
+        A link, a FIFO or another's file planted under such a name is removed unread: root
+        reads the logs back and archives them into the run folder, and would otherwise copy
+        whatever a script pointed it at there."""
+        pattern = re.compile(re.escape(prefix.name) + r"\.\d+(\.\d+)?")
+        taken = self._folder(self._folder(self.base / "taken", 0o700) / prefix.parent.name, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            folder = os.open(prefix.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                for name in os.listdir(folder):
+                    if pattern.fullmatch(name):
+                        os.rename(name, taken / name, src_dir_fd=folder)
+            finally:
+                os.close(folder)
+        kept = []
+        for path in sorted(taken.iterdir()):
+            if not pattern.fullmatch(path.name):
+                continue
+            found = os.lstat(path)
+            if (
+                stat.S_ISREG(found.st_mode)
+                and found.st_uid == self.run_as.uid
+                and found.st_nlink == 1
+            ):
+                kept.append(path)
+            else:
+                path.unlink()
+        return kept

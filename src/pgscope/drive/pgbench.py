@@ -28,6 +28,7 @@ from pgscope.drive.loaduser import LoadUser
 from pgscope.drive.readonly import READ_ONLY_OPTION, guarded
 from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
+from pgscope.files import open_for_writing
 from pgscope.proc import spawn, stop_process
 from pgscope.spec import ScriptRef
 from pgscope.target.conn import ConnParams
@@ -163,6 +164,7 @@ class StepRun:
     # The server's message (`division by zero`) when pgbench aborted clients because the
     # workload's own SQL raised an error, and for no other reason: a result, not a fault.
     workload_error: str | None = None
+    user: LoadUser | None = None  # who wrote the transaction logs, in a folder of its own
 
     @property
     def ok(self) -> bool:
@@ -179,9 +181,9 @@ class StepRun:
         return self.summary["connection_ms"] * clients / ended
 
     def log_files(self) -> list[Path]:
-        """pgbench's per-transaction logs: PREFIX.PID, and PREFIX.PID.THREAD for -j > 1."""
-        pattern = re.compile(re.escape(self.log_prefix.name) + r"\.\d+(\.\d+)?")
-        return sorted(p for p in self.log_prefix.parent.iterdir() if pattern.fullmatch(p.name))
+        """pgbench's per-transaction logs (PREFIX.PID, and PREFIX.PID.THREAD for -j > 1), out
+        of the account's reach (LoadUser.take_logs): the ones to read."""
+        return [] if self.user is None else self.user.take_logs(self.log_prefix)
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,7 @@ class Pgbench:
         goes beside `log_prefix`; its transaction logs, written as the load's account, to the
         same-named place in that account's working directory."""
         log_prefix.parent.mkdir(parents=True, exist_ok=True)
-        log_dir = self.user.directory(f"steps/{log_prefix.parent.name}")
+        log_dir = self.user.step_folder(log_prefix.parent.name)
         argv: list[str | os.PathLike[str]] = [
             self.pg.path("pgbench"),
             "-n",
@@ -301,7 +303,7 @@ class Pgbench:
             *self._conn_args(),
         ]
         stdout_path = log_prefix.parent / f"{log_prefix.name}.pgbench.out"
-        stdout_file = stdout_path.open("w")
+        stdout_file = open_for_writing(stdout_path)
         started_us = time.time_ns() // 1000
         try:
             proc = spawn(
@@ -325,6 +327,7 @@ class Pgbench:
             started_us,
             seconds,
             read_only=self.read_only,
+            user=self.user,
         )
 
     def run(
@@ -367,6 +370,7 @@ class RunningPgbench:
     tail: list[str] = field(default_factory=list)
     aborts: list[str] = field(default_factory=list)  # pgbench's lines on aborted clients
     read_only: bool = False  # pgscope's guard: a write it rejects is a refusal, not a result
+    user: LoadUser | None = None
 
     def finish(self) -> StepRun:
         # Normal end: pgbench has exited. Interrupt or hang: stop it (SIGINT lets it print
@@ -389,6 +393,7 @@ class RunningPgbench:
             self.rows,
             self.tail[-20:],
             workload_error(self.aborts, self.read_only) if self.error is None else None,
+            self.user,
         )
 
 

@@ -24,6 +24,7 @@ from pgscope.analyze.profile import (
     diff_flame_graph,
     flame_graph,
 )
+from pgscope.files import write_atomic
 
 SPEEDSCOPE_SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 
@@ -173,10 +174,11 @@ def diff_flame_html(a: Profile, b: Profile, diff: Differential, title: str) -> s
 def write_profile_files(profile: Profile, directory: Path, stem: str, title: str) -> list[Path]:
     """`<stem>.folded`, `<stem>.speedscope.json` and `<stem>.html` in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    folded = directory / f"{stem}.folded"
-    folded.write_text(folded_text(profile))
-    speedscope = directory / f"{stem}.speedscope.json"
-    speedscope.write_text(json.dumps(speedscope_document([profile], title)))
-    html = directory / f"{stem}.html"
-    html.write_text(flame_html(profile, title))
-    return [folded, speedscope, html]
+    return [
+        write_atomic(directory / f"{stem}.folded", folded_text(profile)),
+        write_atomic(
+            directory / f"{stem}.speedscope.json",
+            json.dumps(speedscope_document([profile], title)),
+        ),
+        write_atomic(directory / f"{stem}.html", flame_html(profile, title)),
+    ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,10 @@ import tomli_w
 
 from pgscope import __version__
 from pgscope.errors import EnvironmentProblem
-from pgscope.files import write_atomic
-from pgscope.spec import LoadedSpec
+from pgscope.files import copy_new, write_atomic
+from pgscope.spec import INPUTS_DIR, LoadedSpec
 
 SPEC_FILE = "spec.toml"
-INPUTS_DIR = "inputs"
 VERSIONS_FILE = "versions.json"
 
 
@@ -36,7 +34,9 @@ def keep_spec(run_dir: Path, loaded: LoadedSpec, cores: int, seed: int, command:
         name = _free_name(path.name, names)
         try:
             (run_dir / INPUTS_DIR).mkdir(exist_ok=True)
-            shutil.copyfile(path, run_dir / INPUTS_DIR / name)
+            # Never more readable than the original: a script only its owner may read does
+            # not become everyone's in the run folder.
+            copy_new(path, run_dir / INPUTS_DIR / name)
         except OSError as exc:
             raise EnvironmentProblem(
                 f"cannot keep a copy of {path} in {run_dir / INPUTS_DIR}: {exc.strerror or exc}"

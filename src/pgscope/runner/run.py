@@ -132,7 +132,10 @@ def execute(
     try:
         with signals_as_exceptions():
             collectors = CollectorSet(
-                run_selection(spec, server is not None, reporter.phase), env, store, reporter.phase
+                run_selection(spec, server is not None, reporter.phase, loaded.own_collectors),
+                env,
+                store,
+                reporter.phase,
             )
             with (
                 LoadUser.private(load_account(options.run_as), work_parent) as load_user,
@@ -196,18 +199,27 @@ def _pgbench(pg: PgBinaries) -> str | None:
 
 
 def run_selection(
-    spec: Spec, on_users_server: bool, say: Callable[[str], None]
+    spec: Spec, on_users_server: bool, say: Callable[[str], None], own: bool = True
 ) -> dict[str, dict[str, Any]]:
     """The collectors to run (`run --plan` lists them too). On a user's server, those that
-    attach to its processes or its binary (kernel tracing, profiles) run only when named
-    (`--collectors`, a [collectors] table): by default they would cost every cluster of that
-    binary, not only the target."""
+    attach to its processes or its binary (kernel tracing, profiles) run only when the user
+    named them (`--collectors`, a [collectors] table of their spec file): by default they
+    would cost every cluster of that binary, not only the target. `own` False: the selection
+    is not the user's (a received run folder's spec.toml under `run --again`), and names
+    none of those on their server: only their own --collectors does."""
     selection = spec.collector_selection()
-    if not on_users_server or spec.collectors is not None:
+    if not on_users_server or (spec.collectors is not None and own):
         return selection
     known = registry()
     for name in [n for n in selection if n in known and known[n].intrusive]:
         del selection[name]
+        if spec.collectors is not None:
+            say(
+                f"{name}: named by the run folder's spec.toml, not by you: not run on a server "
+                f"pgscope did not start (kernel tracing and profiles run there only when the "
+                f"command line names them: --collectors ...,{name})"
+            )
+            continue
         say(
             f"{name}: not by default on a server pgscope did not start (it attaches to the "
             f"server's binary: every cluster of it would pay); --collectors ...,{name} runs it"

@@ -109,11 +109,11 @@ def shadow(db: duckdb.DuckDBPyConnection) -> frozenset[str]:
     assert row is not None
     catalog = str(row[0]).replace('"', '""')
     columns: dict[str, set[str]] = {}
+    # DuckDB's own catalog, by its full name (a store's macro could shadow an unqualified one).
     for name, column in db.execute(
-        "SELECT c.table_name, c.column_name FROM information_schema.columns c "
-        "JOIN information_schema.tables t USING (table_catalog, table_schema, table_name) "
-        "WHERE c.table_catalog = current_database() AND c.table_schema = 'main' "
-        "AND t.table_type = 'BASE TABLE'"
+        "SELECT c.table_name, c.column_name FROM system.main.duckdb_columns() c "
+        "JOIN system.main.duckdb_tables() t USING (database_name, schema_name, table_name) "
+        "WHERE c.database_name = current_database() AND c.schema_name = 'main'"
     ).fetchall():
         columns.setdefault(str(name), set()).add(str(column))
     for t in declared().values():

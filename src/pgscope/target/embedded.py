@@ -35,7 +35,7 @@ import psycopg
 from psycopg import sql
 
 from pgscope.errors import EnvironmentProblem, SpecError, TargetError
-from pgscope.files import remove_tree
+from pgscope.files import open_beneath, open_for_writing, remove_tree
 from pgscope.host import memory_bytes
 from pgscope.leftovers import claim
 from pgscope.proc import RunAs, child_pids, kill_tree, spawn, wait_until
@@ -237,8 +237,19 @@ class EmbeddedCluster:
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise TargetError(f"pg_basebackup for standby {self.standby_name} failed: {last}")
-        (self.data_dir / "standby.signal").touch()
-        self.run_as.chown(self.data_dir / "standby.signal")
+        # The data directory is the account's: a link in it is never followed as root.
+        signal_fd = self._open_in_data("standby.signal", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            if self.run_as.switches_user:
+                os.fchown(signal_fd, self.run_as.uid, self.run_as.gid)
+        finally:
+            os.close(signal_fd)
+
+    def _open_in_data(self, name: str, flags: int, mode: int = 0o666) -> int:
+        """A file of the data directory opened as root without following a link on the way:
+        the directory and all in it are the server's account's (files.open_beneath)."""
+        assert self.root is not None
+        return open_beneath(self.root.parent, self.data_dir / name, flags, mode)
 
     def _create_root(self) -> None:
         parent = self.work_dir or Path(tempfile.gettempdir())
@@ -292,7 +303,8 @@ class EmbeddedCluster:
         lines = ["", "# --- written by pgscope ---"]
         for name, value in {**fixed, **self.startup_settings}.items():
             lines.append(f"{name} = {_quote_conf(value)}")
-        with (self.data_dir / "postgresql.conf").open("a") as conf:
+        conf_fd = self._open_in_data("postgresql.conf", os.O_WRONLY | os.O_APPEND)
+        with os.fdopen(conf_fd, "a") as conf:
             conf.write("\n".join(lines) + "\n")
 
     def _launch(self) -> None:
@@ -337,7 +349,9 @@ class EmbeddedCluster:
         if self._proc.poll() is not None or self._crash_looping():
             return True
         try:
-            lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
+            pid_fd = self._open_in_data("postmaster.pid", os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(pid_fd, "rb") as pid_file:
+                lines = pid_file.read(4096).decode(errors="replace").splitlines()
         except OSError:
             return False
         # Line 8 of postmaster.pid is the postmaster's status: "ready" once it accepts
@@ -556,7 +570,7 @@ def _template(pg: PgBinaries, run_as: RunAs, parent: Path) -> Path | None:
         if key in _templates and (_templates[key] / "PG_VERSION").is_file():
             return _templates[key]
         shared = os.environ.get(TEMPLATES_ENV)
-        base = Path(shared) if shared else _own_base(parent, run_as)
+        base = Path(shared) if shared else _own_base(parent)
         made = _make_template(pg, run_as, base, key)
     except (OSError, EnvironmentProblem):
         return None
@@ -564,12 +578,15 @@ def _template(pg: PgBinaries, run_as: RunAs, parent: Path) -> Path | None:
     return made
 
 
-def _own_base(parent: Path, run_as: RunAs) -> Path:
+def _own_base(parent: Path) -> Path:
     global _process_base
     if _process_base is None or not _process_base.is_dir():
         _process_base = Path(tempfile.mkdtemp(prefix="pgscope-template-", dir=parent))
         claim(_process_base)
-        run_as.chown(_process_base)  # initdb, as the account, writes inside
+        # Root's: initdb, as the account, writes only in a folder of its own inside (the
+        # account could otherwise swap that folder, or the lock, for a link root then
+        # followed), and reaches it through this one.
+        _process_base.chmod(0o711)
         atexit.register(shutil.rmtree, _process_base, True)
     return _process_base
 
@@ -581,7 +598,7 @@ def _make_template(pg: PgBinaries, run_as: RunAs, base: Path, key: str) -> Path:
     done = base / key / "data"
     if not (done / "PG_VERSION").is_file():
         base.mkdir(parents=True, exist_ok=True)
-        with (base / f"{key}.lock").open("a") as lock:
+        with open_for_writing(base / f"{key}.lock", "ab") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (done / "PG_VERSION").is_file():
                 scratch = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".part", dir=base))
