@@ -613,6 +613,8 @@ def _plan_node(s: _Scope, node: PlanNode, executions: int, share: float, samples
         "misestimate": _misestimate(node),
         "above": node.above,
         "sort_key": node.sort_key,
+        "join_condition": node.join_condition,
+        "leading_wildcard": "~~" in (node.condition or "") and "'%" in (node.condition or ""),
         "column_indexed": bool(
             (cast and cast[0] in leading)
             or (function and function[1] in leading)

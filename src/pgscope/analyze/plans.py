@@ -69,6 +69,7 @@ class PlanNode:
     sort_key: str | None = None  # the nearest Sort above it (or its own): its key
     output: str | None = None  # what it computes (EXPLAIN VERBOSE's Output), where logged
     partitions: int = 1  # the partitions of one table it stands for (the account's grouping)
+    join_condition: str | None = None  # the nearest join above it: its condition
 
     @property
     def removed_share(self) -> float:
@@ -220,6 +221,14 @@ def _node(
             None,
         ),
         output=", ".join(map(str, node["Output"])) if node.get("Output") else None,
+        join_condition=next(
+            (
+                str(a.get("Hash Cond") or a.get("Merge Cond") or a.get("Join Filter"))
+                for a in reversed(above)
+                if a.get("Hash Cond") or a.get("Merge Cond") or a.get("Join Filter")
+            ),
+            None,
+        ),
     )
 
 
