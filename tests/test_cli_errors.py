@@ -201,6 +201,12 @@ CASES = {
         "the range '8-1' is reversed",
     ),
     "bad --set": (lambda t: ["run", "--set", "work_mem"], ExitCode.SPEC, "expected NAME=VALUE"),
+    "sslpassword with a service": (
+        lambda t: ["run", "--plan", "--dsn", "service=app sslpassword=k3y"],
+        ExitCode.USAGE,
+        "--dsn: sslpassword with service=app: pgscope passes the SSL key's passphrase to "
+        "pgbench in a service file of its own",
+    ),
 }
 
 

@@ -25,8 +25,10 @@ from pathlib import Path
 
 from pgscope.leftovers import claim
 from pgscope.proc import RunAs, server_account
+from pgscope.target.conn import ConnParams
 
 FALLBACK_ACCOUNT = "nobody"
+SERVICE = "pgscope"  # the section of the service file that carries the SSL key's passphrase
 
 
 def load_account(requested: str | None) -> RunAs:
@@ -67,6 +69,29 @@ class LoadUser:
             path.mkdir(parents=True)
             self.run_as.chown(path)
         return path
+
+    def libpq_env(self, conn: ConnParams) -> dict[str, str]:
+        """The environment pgbench and psql connect with: the password in PGPASSWORD, and
+        the SSL key's passphrase, which libpq takes from no variable, in a service file in
+        the working directory (0600, the account's), named by PGSERVICEFILE and PGSERVICE:
+        neither ever in their arguments. What pgbench can read, a `\\shell` it runs could
+        too; on a user's server shell commands are refused unless --allow-writes."""
+        env = conn.env()
+        passphrase = conn.secrets.get("sslpassword")
+        if passphrase is None:
+            return env
+        path = self.workdir / "pg_service.conf"
+        try:
+            # Written once, by name in a directory the account owns: never through a link.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            pass  # an earlier program's, still as written
+        else:
+            with os.fdopen(fd, "w") as service:
+                service.write(f"[{SERVICE}]\nsslpassword={passphrase}\n")
+                if self.run_as.switches_user:
+                    os.fchown(service.fileno(), self.run_as.uid, self.run_as.gid)
+        return {**env, "PGSERVICEFILE": str(path), "PGSERVICE": SERVICE}
 
     def readable_copy(self, source: Path, slot: str) -> Path:
         """A copy of `source` the account can read, keeping its file name (pgbench and psql

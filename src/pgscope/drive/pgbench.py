@@ -192,7 +192,7 @@ class Pgbench:
     user: LoadUser  # who runs pgbench (never root: scripts can run shell commands), and where
 
     def _env(self) -> dict[str, str]:
-        env = self.conn.env()
+        env = self.user.libpq_env(self.conn)
         if self.read_only:
             # The server itself rejects any write a script attempts (drive/readonly.py).
             env["PGOPTIONS"] = READ_ONLY_OPTION
@@ -254,7 +254,7 @@ class Pgbench:
             argv,
             run_as=self.user.run_as,
             cwd=self.user.workdir,
-            env=self.conn.env(),
+            env=self.user.libpq_env(self.conn),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -53,7 +53,7 @@ def guarded(conn: ConnParams) -> ConnParams:
     last in their `options`."""
     params = dict(conn.params)
     params["options"] = with_read_only(params.get("options"))
-    return ConnParams(params, conn.password)
+    return ConnParams(params, conn.secrets)
 
 
 def verify_read_only(conn: ConnParams) -> None:

@@ -8,7 +8,7 @@ default_transaction_read_only=on, so the server itself rejects a write a script 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -31,7 +31,7 @@ class ExistingServer:
             conn.execute("SELECT 1")
             used = conn.info.password
         if used and not self.conn.password:
-            self.conn = replace(self.conn, password=used)
+            self.conn = self.conn.with_password(used)
 
     def is_alive(self) -> bool:
         try:
