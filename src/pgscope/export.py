@@ -54,11 +54,41 @@ def export_run(run_dir: Path, fmt: str, out: Path | None = None) -> list[Exporte
         store.close()
 
 
+# A spreadsheet takes a cell that starts with one of these for a formula (=HYPERLINK(...),
+# a DDE call): a query text or an application name is anyone's who can connect to the server.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _rows(db: duckdb.DuckDBPyConnection, table: str, fmt: str) -> str:
+    """What to copy out of `table`: as it is, or for CSV with every text cell a spreadsheet
+    would evaluate prefixed with `'`, which makes it text (OWASP's advice on CSV injection);
+    numbers and the other types are left alone."""
+    name = '"' + table.replace('"', '""') + '"'
+    if fmt != "csv":
+        return name
+    columns = db.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' AND table_name = ? ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    starts = ", ".join(f"chr({ord(c)})" for c in FORMULA_STARTS)
+    selected = []
+    for column, data_type in columns:
+        quoted = '"' + str(column).replace('"', '""') + '"'
+        if data_type == "VARCHAR":
+            quoted = (
+                f"CASE WHEN left({quoted}, 1) IN ({starts}) THEN chr(39) || {quoted} "
+                f"ELSE {quoted} END AS {quoted}"
+            )
+        selected.append(quoted)
+    return f"(SELECT {', '.join(selected)} FROM {name})"
+
+
 def _copy(db: duckdb.DuckDBPyConnection, table: str, path: Path, fmt: str) -> ExportedTable:
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     quoted = str(temp).replace("'", "''")
     try:
-        db.execute(f"COPY \"{table}\" TO '{quoted}' {FORMATS[fmt]}")
+        db.execute(f"COPY {_rows(db, table, fmt)} TO '{quoted}' {FORMATS[fmt]}")
         os.replace(temp, path)
     except (OSError, duckdb.IOException) as exc:
         with contextlib.suppress(OSError):
