@@ -24,7 +24,7 @@ from pydantic import TypeAdapter
 from pgscope.analyze.compare import Comparison
 from pgscope.analyze.heldlocks import HeldLocks
 from pgscope.analyze.observation import Observation
-from pgscope.analyze.pgstats import StepStats
+from pgscope.analyze.pgstats import StepStats, XidUse
 from pgscope.analyze.profile import FlameGraph, FunctionTable, HotSpot
 from pgscope.analyze.scaling import ScalingAnalysis
 from pgscope.analyze.statements import Statements
@@ -439,6 +439,8 @@ class RunAnalysis:
     observation: Observation | None = None  # `pgscope observe`: its windows, layers
     facts: list[FactSheet] = field(default_factory=list)  # per cell, then the run's
     diagnosis: Diagnosis | None = None
+    # On a user's server: transaction ids every session was given while the load ran
+    xids: XidUse | None = None
 
     @property
     def complete(self) -> bool:
