@@ -57,6 +57,8 @@ def test_write_workload_is_refused_and_nothing_is_created(
 
 
 def test_read_only_workload_needs_existing_tables(cluster: EmbeddedCluster, tmp_path: Path) -> None:
+    """Said before a run folder exists (`--scale 5 --dsn` used to make one first)."""
+    results = tmp_path / "r"
     result = pgscope(
         "run",
         "scaling",
@@ -66,13 +68,14 @@ def test_read_only_workload_needs_existing_tables(cluster: EmbeddedCluster, tmp_
         "1,2,3",
         *SHORT,
         "--scale",
-        "1",
+        "5",
         "--results-dir",
-        str(tmp_path),
+        str(results),
     )
     assert result.returncode == 6
-    assert "pgbench tables at scale 1 are needed but they do not exist" in one_line_error(result)
+    assert "pgbench tables at scale 5 are needed but they do not exist" in one_line_error(result)
     assert user_tables(cluster) == []
+    assert not results.exists(), "refused before any run folder is made"
 
 
 def test_settings_and_variants_are_never_applied(cluster: EmbeddedCluster, tmp_path: Path) -> None:

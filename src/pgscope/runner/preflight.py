@@ -6,8 +6,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from pgscope.drive.pgbench import current_scale, tables_needed
 from pgscope.drive.readonly import lifting_statement
-from pgscope.errors import EnvironmentProblem, RefusedError, SpecError
+from pgscope.errors import EnvironmentProblem, RefusedError, SpecError, TargetError
 from pgscope.runner.variants import effective_settings, variant_cpus, variant_instances
 from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, ScriptRef, Spec, setting_text
 from pgscope.target.conn import ConnParams
@@ -61,6 +62,20 @@ def check_read_only_scripts(scripts: list[ScriptRef]) -> None:
                 f"script {why} could lift the read-only guard on your server; pgscope only "
                 f"reads from an existing server unless you pass --allow-writes"
             )
+
+
+def check_tables(server: ExistingServer, scale: int) -> None:
+    """Without --allow-writes, pgbench's tables must already be there at the spec's scale:
+    said before a run folder exists. A role that may not count them is told which GRANT by
+    the run, which keeps that reason in its folder."""
+    if scale == 0:
+        return
+    try:
+        existing = current_scale(server.conn)
+    except TargetError:
+        return
+    if existing != scale:
+        raise tables_needed(scale, existing)
 
 
 def check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool) -> None:

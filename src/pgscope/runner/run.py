@@ -29,7 +29,7 @@ from pgscope.proc import RunAs, server_account
 from pgscope.runner.context import Reporter, RunContext
 from pgscope.runner.loop import run_steps
 from pgscope.runner.plan import plan_steps
-from pgscope.runner.preflight import check_folders, check_request, validate_variants
+from pgscope.runner.preflight import check_folders, check_request, check_tables, validate_variants
 from pgscope.runner.reproduce import keep_spec, keep_versions
 from pgscope.runner.topology import Topology
 from pgscope.signals import received, signals_as_exceptions, signals_deferred
@@ -96,6 +96,7 @@ def execute(
         server.check_reachable()
         if not options.allow_writes:
             verify_read_only(server.conn)
+            check_tables(server, spec.scale)
     else:
         account = server_account(options.run_as)
 
