@@ -31,7 +31,7 @@ def check_request(
         return
     check_server_request(loaded.spec, ExistingServer(target, allow_writes), allow_writes)
     if not allow_writes:
-        check_read_only_scripts(loaded.scripts())
+        check_read_only_scripts(loaded.scripts(), loaded.spec.protocol)
 
 
 def check_host_fits(loaded: LoadedSpec, cores: int) -> None:
@@ -52,16 +52,15 @@ def check_host_fits(loaded: LoadedSpec, cores: int) -> None:
         )
 
 
-def check_read_only_scripts(scripts: list[ScriptRef]) -> None:
+def check_read_only_scripts(scripts: list[ScriptRef], protocol: str) -> None:
     """Refuse, before any load, a script that could lift the read-only guard on a user's
     server (drive/readonly.py says what and why)."""
-    for script in scripts:
-        why = lifting_statement(script.path)
-        if why is not None:
-            raise RefusedError(
-                f"script {why} could lift the read-only guard on your server; pgscope only "
-                f"reads from an existing server unless you pass --allow-writes"
-            )
+    why = lifting_statement([script.path for script in scripts], protocol)
+    if why is not None:
+        raise RefusedError(
+            f"script {why} could lift the read-only guard on your server; pgscope only "
+            f"reads from an existing server unless you pass --allow-writes"
+        )
 
 
 def check_tables(server: ExistingServer, scale: int) -> None:

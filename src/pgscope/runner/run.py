@@ -95,7 +95,7 @@ def execute(
         server = ExistingServer(target, options.allow_writes)
         server.check_reachable()
         if not options.allow_writes:
-            verify_read_only(server.conn)
+            verify_read_only(server.conn, scripts=bool(loaded.scripts()))
             check_tables(server, spec.scale)
     else:
         account = server_account(options.run_as)
