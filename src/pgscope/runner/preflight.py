@@ -63,6 +63,20 @@ def check_read_only_scripts(scripts: list[ScriptRef], protocol: str) -> None:
         )
 
 
+def check_role(server: ExistingServer, scripts: list[ScriptRef]) -> str | None:
+    """Read-only rests on the role: a user's scripts run only as one that cannot write or act
+    beyond reading (target/privileges.py), else refused (exit 6) naming what it could do.
+    Without scripts, pgscope's own read-only workload runs under the read-only guard as any
+    role: what the role could do is returned, to be said."""
+    power = server.write_privilege()
+    if power is not None and scripts:
+        raise RefusedError(
+            f"{power}: a user script could write as it; use a role with SELECT only, "
+            f"or --allow-writes"
+        )
+    return power
+
+
 def check_tables(server: ExistingServer, scale: int) -> None:
     """Without --allow-writes, pgbench's tables must already be there at the spec's scale:
     said before a run folder exists. A role that may not count them is told which GRANT by

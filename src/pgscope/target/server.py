@@ -1,7 +1,8 @@
 """Existing-server target: a user's PostgreSQL reached by DSN.
 
 pgscope never changes such a server's settings (variants are embedded-only), and creates
-tables or runs write workloads only with --allow-writes. Without it, pgbench sessions run with
+tables or runs write workloads only with --allow-writes. Without it, a user's scripts run only
+as a role that cannot write (target/privileges.py), and pgbench sessions run with
 default_transaction_read_only=on, so the server itself rejects a write a script attempts.
 """
 
@@ -15,6 +16,7 @@ import psycopg
 
 from pgscope.errors import RefusedError, TargetError
 from pgscope.target.conn import ConnParams
+from pgscope.target.privileges import write_privilege
 
 
 @dataclass
@@ -40,6 +42,11 @@ class ExistingServer:
         except (TargetError, psycopg.Error):
             return False
         return True
+
+    def write_privilege(self) -> str | None:
+        """What the connecting role could do beyond reading (target/privileges.py), or None."""
+        with self.conn.connect() as session:
+            return write_privilege(session)
 
     def check_privileges(self, needs: Mapping[str, Sequence[str]], why: str) -> None:
         """Raise TargetError naming the GRANT when the connecting role lacks one of `needs`
