@@ -1,7 +1,8 @@
 """Issue 27's attacks on a user's server (`--dsn`), each against a throw-away cluster over its
 unix socket, each shown to do no harm: no row written (counted before and after), no shell
 run (the marker file it would make is absent), no raw control character on the console, no
-formula cell in an exported CSV; and read-only resting on the role's privileges.
+formula cell in an exported CSV; and read-only resting on the role's privileges. Last, one
+on the host: a script's shell command making root write through a link.
 
 The roles are as a DBA would make them: `reader` (pg_monitor, SELECT on the table the attacks
 write to), `writer` (and INSERT on it), and the cluster's superuser `postgres`."""
@@ -403,3 +404,25 @@ def test_the_privilege_check_reads_every_version(pg_version: PgBinaries, tmp_pat
                 role,
                 found,
             )
+
+
+@pytest.mark.server
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the load as another account")
+def test_a_script_cannot_make_root_write_through_a_link(tmp_path: Path, marker_dir: Path) -> None:
+    """pgbench runs as an unprivileged account in a folder that account owns, and pgscope, as
+    root, copies the scripts there before each step: a script's `\\shell` put a link where
+    the next copy went, and root wrote the script over a root-only file and gave the file to
+    the account. Now the copy replaces whatever is there, and nothing is written through a
+    link. (An embedded cluster: any shared script's shell commands run there.)"""
+    victim = marker_dir / "root-only"
+    victim.write_text("root's own\n")
+    victim.chmod(0o600)
+    script = tmp_path / "s.sql"
+    script.write_text(f"\\shell ln -sf {victim} ../../files/0/s.sql\nSELECT 1;\n")
+    result = pgscope(
+        "run", "--script", str(script), "--scale", "0", "--clients", "1,2", "--duration", "1",
+        "--warmup", "0", "--repeats", "1", "--no-collectors", "--results-dir", str(tmp_path / "r"),
+    )  # fmt: skip
+    assert victim.read_text() == "root's own\n", "root wrote through the account's link"
+    assert victim.stat().st_uid == 0, "root gave its file to the account"
+    assert result.returncode == 0, result.stderr[-1500:]

@@ -23,11 +23,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgscope.errors import RefusedError
 from pgscope.leftovers import claim
 from pgscope.proc import RunAs, server_account
 from pgscope.target.conn import ConnParams
 
 FALLBACK_ACCOUNT = "nobody"
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 SERVICE = "pgscope"  # the section of the service file that carries the SSL key's passphrase
 
 
@@ -64,11 +67,38 @@ class LoadUser:
 
     def directory(self, name: str) -> Path:
         """A subdirectory of the working directory the account can write in."""
-        path = self.workdir / name
-        if not path.is_dir():
-            path.mkdir(parents=True)
-            self.run_as.chown(path)
-        return path
+        os.close(self._opened(name))
+        return self.workdir / name
+
+    def _opened(self, name: str) -> int:
+        """The subdirectory `name` of the working directory (made where absent, then the
+        account's), open, reached one name at a time from the working directory and never
+        through a link. The account owns these folders, and a script's `\\shell` runs as it:
+        it can put a link where pgscope, as root, is about to write. A copy written through
+        one wrote a script over a root-only file, and gave that file to the account."""
+        fd = os.open(self.workdir, _FOLDER)
+        try:
+            for part in Path(name).parts:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    made = True
+                except FileExistsError:
+                    made = False
+                try:
+                    child = os.open(part, _FOLDER, dir_fd=fd)
+                except OSError as exc:  # ELOOP, ENOTDIR: a link or a file in its place
+                    raise RefusedError(
+                        f"{self.workdir / name}: not a folder of the load account's own "
+                        f"({exc.strerror}); pgscope writes nothing through a link there"
+                    ) from None
+                os.close(fd)
+                fd = child
+                if made and self.run_as.switches_user:
+                    os.fchown(fd, self.run_as.uid, self.run_as.gid)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def libpq_env(self, conn: ConnParams) -> dict[str, str]:
         """The environment pgbench and psql connect with: the password in PGPASSWORD, and
@@ -81,9 +111,10 @@ class LoadUser:
         if passphrase is None:
             return env
         path = self.workdir / "pg_service.conf"
+        folder = self._opened(".")
         try:
-            # Written once, by name in a directory the account owns: never through a link.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            # Written once, in a directory the account owns: never through a link.
+            fd = os.open(path.name, _NEW_FILE, 0o600, dir_fd=folder)
         except FileExistsError:
             pass  # an earlier program's, still as written
         else:
@@ -91,13 +122,30 @@ class LoadUser:
                 service.write(f"[{SERVICE}]\nsslpassword={passphrase}\n")
                 if self.run_as.switches_user:
                     os.fchown(service.fileno(), self.run_as.uid, self.run_as.gid)
+        finally:
+            os.close(folder)
         return {**env, "PGSERVICEFILE": str(path), "PGSERVICE": SERVICE}
 
     def readable_copy(self, source: Path, slot: str) -> Path:
         """A copy of `source` the account can read, keeping its file name (pgbench and psql
         name the script in their messages). Copied by pgscope, so a file only root may read
         is passed on: the user who gave it to pgscope could read it."""
-        target = self.directory(f"files/{slot}") / source.name
-        shutil.copyfile(source, target)
-        self.run_as.chown(target)
-        return target
+        folder = self._opened(f"files/{slot}")
+        try:
+            # A fresh file each time: whatever is there (an earlier step's copy, or a link the
+            # account put in its place) is removed, never written through.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(source.name, dir_fd=folder)
+            fd = os.open(source.name, _NEW_FILE, 0o600, dir_fd=folder)
+        except FileExistsError:
+            raise RefusedError(
+                f"{self.workdir / 'files' / slot / source.name}: made again while pgscope "
+                f"replaced it; pgscope writes nothing through a link there"
+            ) from None
+        finally:
+            os.close(folder)
+        with os.fdopen(fd, "wb") as copy, source.open("rb") as original:
+            shutil.copyfileobj(original, copy)
+            if self.run_as.switches_user:
+                os.fchown(copy.fileno(), self.run_as.uid, self.run_as.gid)
+        return self.workdir / "files" / slot / source.name
