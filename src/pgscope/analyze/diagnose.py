@@ -334,7 +334,8 @@ def _path_findings(
         if account is None or account.samples < paths.MIN_SAMPLES:
             continue
         for group in _grouped(paths.readings(account, limit=8)):
-            reading, share = group[0], sum(r.path.share for r in group)
+            reading = next((r for r in group if r.mechanism is not None), group[0])
+            share = sum(r.path.share for r in group)
             mechanism = reading.mechanism
             rule_id = mechanism.rule if mechanism is not None else None
             mine = [f for f in found.get(rule_id or "", []) if f.variant == sheet.variant]
@@ -373,18 +374,53 @@ def _path_findings(
             if mechanism is not None:
                 for other in mechanism.supersedes:
                     found[other] = [f for f in found.get(other, []) if f.variant != sheet.variant]
+        # A rule's finding no path joined: the account says how much time its mechanism's
+        # nodes hold (perhaps none), where the account has such nodes at all.
+        for rule_id, ids in _linked().items():
+            for finding in found.get(rule_id, []):
+                if finding.variant == sheet.variant and finding.share is None:
+                    finding.share = paths.matched_share(account, ids)
+    return out
+
+
+def _linked() -> dict[str, set[str]]:
+    """Per rule, the mechanisms that interpret paths as its cause."""
+    out: dict[str, set[str]] = {}
+    for m in paths.mechanisms()[0]:
+        if m.rule is not None:
+            out.setdefault(m.rule, set()).add(m.id)
     return out
 
 
 def _grouped(readings: list[paths.Reading]) -> list[list[paths.Reading]]:
     """Readings of one cause together: the same mechanism on the same table (or, for a
-    statement's waits, the same mechanism), heaviest first."""
+    statement's waits, the same mechanism), heaviest first. A plan node no mechanism
+    interprets, in a statement where another node's mechanism names the cause (the hash join
+    above a join's whole-table scan, the count above a whole-table scan), is that cause's
+    time too."""
     groups: dict[tuple[str, object], list[paths.Reading]] = {}
+    named_plan: dict[object, tuple[str, object]] = {}  # statement -> its first plan cause
     for r in readings:
-        mechanism = r.mechanism.id if r.mechanism is not None else r.path.deepest.name
-        table = r.interpreted.detail.get("table") or r.interpreted.detail.get("relation")
-        groups.setdefault((mechanism, table), []).append(r)
-    return list(groups.values())
+        if r.mechanism is not None and r.interpreted.kind == "plan":
+            named_plan.setdefault(_statement_of(r), _key(r))
+    for r in readings:
+        key = _key(r)
+        if r.mechanism is None and r.path.deepest.kind == "plan":
+            key = named_plan.get(_statement_of(r), key)
+        groups.setdefault(key, []).append(r)
+    return [sorted(g, key=lambda r: -r.path.share) for g in groups.values()]
+
+
+def _key(r: paths.Reading) -> tuple[str, object]:
+    if r.mechanism is not None and r.mechanism.group is not None:
+        return r.mechanism.group, _statement_of(r)
+    mechanism = r.mechanism.id if r.mechanism is not None else r.path.deepest.name
+    return mechanism, r.interpreted.detail.get("table") or r.interpreted.detail.get("relation")
+
+
+def _statement_of(r: paths.Reading) -> object:
+    statement = r.path.statement
+    return statement.detail.get("query_id") if statement is not None else None
 
 
 def _wasteful(node: object) -> bool:
