@@ -41,9 +41,9 @@ from pgscope.analyze.facts.account import (
     PATH_STATEMENT_SHARE,
 )
 from pgscope.analyze.facts.cell import TPS
-from pgscope.analyze.facts.scaling import BEST_CLIENTS
+from pgscope.analyze.facts.scaling import BEST_CLIENTS, GROWTH_SHOWN
 from pgscope.analyze.facts.variants import LOSS
-from pgscope.analyze.facts.waits import SHARE
+from pgscope.analyze.facts.waits import AAS_PER_CLIENT, IDLE_IN_TRANSACTION, SHARE
 from pgscope.analyze.facts.work import TOP_SHARE
 from pgscope.analyze.model import (
     Diagnosis,
@@ -284,6 +284,7 @@ def diagnose(
             finding.breadth = len(mine) / len(targets)
         findings += mine
     findings += from_paths
+    _bounded_by_session_time(findings, variant_sheets)
     loss = {s.variant: s.value(LOSS.name) or 0.0 for s in variant_sheets}
     symptoms = {r.id for r in rules if r.symptom}
     lost = {r.id for r in rules if r.lost_work}
@@ -315,6 +316,32 @@ def diagnose(
         verdict += _where_time_goes(variant_sheets)
     verdict += _unsure(accounts or [], variant_sheets)
     return Diagnosis(verdict, reported, not_assessed, weak)
+
+
+# What a finding about active time can win back is its share of active time times the share
+# of the sessions' time they are active: a cause of 60% of the active time of sessions active
+# a quarter of their time wins back 15% at most. High confidence needs this much of it,
+# medium this much.
+WON_BACK = {"high": 0.25, "medium": 0.1}
+
+
+def _bounded_by_session_time(findings: list[Finding], sheets: list[FactSheet]) -> None:
+    """No finding about active time claims more confidence than the share of the sessions'
+    time it could win back allows."""
+    active = {s.variant: s.value(AAS_PER_CLIENT.name) for s in sheets}
+    for f in findings:
+        fraction = active.get(f.variant)
+        if f.share is None or fraction is None or fraction >= 1:
+            continue
+        won = f.share * fraction
+        level = LEVELS.index(f.confidence)
+        allowed = 2 if won >= WON_BACK["high"] else 1 if won >= WON_BACK["medium"] else 0
+        if allowed < level:
+            f.confidence = LEVELS[allowed]
+            f.weakened_by.append(
+                f"it holds {f.share:.0%} of the active time, but the sessions are active "
+                f"{fraction:.0%} of their time: removing it wins back at most {won:.0%} of it"
+            )
 
 
 def _account_of(accounts: list[Account], sheet: FactSheet) -> Account | None:
@@ -633,10 +660,31 @@ def _verdict(
     opening = ""
     if sheet is not None:
         best, tps = sheet.value(BEST_CLIENTS.name), sheet.value(TPS.name)
+        shown = sheet.value(GROWTH_SHOWN.name)
         if best is not None and sheet.clients and best < sheet.clients:
-            opening = f"Throughput stops growing at {n_clients(best)}. "
+            opening = (
+                f"Throughput stops growing at {n_clients(best)}. "
+                if shown
+                else f"Throughput is highest at {n_clients(best)}, but the intervals of the "
+                f"client counts up to it overlap: more repeats would tell where it stops "
+                f"growing. "
+                if shown is not None
+                else f"Throughput is highest at {n_clients(best)} (one repeat per client "
+                f"count: no interval to tell where it stops growing). "
+            )
         elif tps is not None and sheet.clients:
             opening = f"{tps:,.0f} tps at {n_clients(sheet.clients)}. "
+    idle = sheet.value(IDLE_IN_TRANSACTION.name) if sheet is not None else None
+    active = sheet.value(AAS_PER_CLIENT.name) if sheet is not None else None
+    if idle is not None and idle >= 0.5:
+        # Most of the sessions' time is the client's: every finding about the active time is
+        # about the smaller part, and the verdict says so first.
+        busy = f", and active {min(1.0, active):.0%}" if active is not None else ""
+        opening = (
+            f"Client sessions are idle inside their transactions {idle:.0%} of the time, "
+            f"waiting for the client's next statement (round trips, or the application's own "
+            f"work){busy}: what follows is about the active part. {opening}"
+        )
     if weak:
         return (
             f'{opening}The evidence is weak: the strongest signal is "{top.title}"{where} '
