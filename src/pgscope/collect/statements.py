@@ -237,20 +237,57 @@ class StatementsCollector(Collector):
         )
 
     def step_started(self, step: StepInfo) -> None:
-        self._reading(step.step_id, "start")
+        self._reading([(step.step_id, "start")])
 
     def step_finished(self, step: StepInfo) -> None:
-        self._reading(step.step_id, "end")
+        self._reading([(step.step_id, "end")])
 
-    def _reading(self, step_id: int, mark: str) -> None:
+    def window_edge(self, ending: StepInfo, starting: StepInfo) -> None:
+        """One reading ends a window and begins the next: the windows share its instant."""
+        self._reading([(ending.step_id, "end"), (starting.step_id, "start")])
+
+    def _reading(self, marks: list[tuple[int, str]]) -> None:
+        """One reading of the statements and tables, stored once per (step, mark) it stands
+        for."""
+        ending = [step_id for step_id, mark in marks if mark == "end"]
         with self.ctx.conn.connect(application_name=APPLICATION_NAME) as session:
-            if mark == "end" and self.options.wait_for_load:
+            if ending and self.options.wait_for_load:
                 _wait_for_clients_to_leave(session)
             ts = now_us()
             tables = session.execute(TABLES_SQL).fetchall()
             statements = session.execute(STATEMENTS_SQL).fetchall() if self.statements else []
             new = [int(q) for q, _, _ in statements if int(q) not in self.known_texts]
             texts = session.execute(TEXTS_SQL, [new]).fetchall() if new else []
+        for step_id, mark in marks:
+            self._store_reading(step_id, mark, ts, tables, statements)
+        exec_ms: dict[int, float] = {}
+        for queryid, payload, _ in statements:
+            row = json.loads(payload)
+            ms = next((row[n] for n in STATEMENT_COLUMNS["exec_ms"] if row.get(n) is not None), 0)
+            exec_ms[int(queryid)] = float(ms or 0.0)
+        own = [int(q) for q, _, mine in statements if mine and int(q) not in self.own]
+        if own:
+            self.own.update(own)
+            self.store.append("statement_own", {"queryid": own})
+        if texts:
+            self.store.append(
+                "statement_texts",
+                {"queryid": [int(q) for q, _ in texts], "query": [t for _, t in texts]},
+            )
+            self.known_texts.update((int(q), str(t)) for q, t in texts)
+        if ending and self.explain:
+            self._explain_busiest(ending[0], exec_ms)
+        if any(mark == "start" for _, mark in marks):
+            self.started_ms = exec_ms
+
+    def _store_reading(
+        self,
+        step_id: int,
+        mark: str,
+        ts: int,
+        tables: list[tuple[Any, ...]],
+        statements: list[tuple[Any, ...]],
+    ) -> None:
         self.store.append(
             "table_readings",
             {
@@ -260,45 +297,27 @@ class StatementsCollector(Collector):
                 **{name: [row[i] for row in tables] for i, name in enumerate(TABLE_COLUMNS)},
             },
         )
-        if statements:
-            columns: dict[str, list[Any]] = {
-                "step_id": [],
-                "mark": [],
-                "ts_us": [],
-                "queryid": [],
-                **{k: [] for k in STATEMENT_COLUMNS},
-            }
-            for queryid, payload, _ in statements:
-                row = json.loads(payload)
-                columns["step_id"].append(step_id)
-                columns["mark"].append(mark)
-                columns["ts_us"].append(ts)
-                columns["queryid"].append(int(queryid))
-                for column, names in STATEMENT_COLUMNS.items():
-                    value = next((row[n] for n in names if row.get(n) is not None), None)
-                    if column == "jit_ms" and value is not None:
-                        value += sum(row.get(n) or 0.0 for n in JIT_TIMES)
-                    columns[column].append(value)
-            self.store.append("statement_readings", columns)
-            own = [int(q) for q, _, mine in statements if mine and int(q) not in self.own]
-            if own:
-                self.own.update(own)
-                self.store.append("statement_own", {"queryid": own})
-        exec_ms = (
-            {q: ms or 0.0 for q, ms in zip(columns["queryid"], columns["exec_ms"], strict=True)}
-            if statements
-            else {}
-        )
-        if texts:
-            self.store.append(
-                "statement_texts",
-                {"queryid": [int(q) for q, _ in texts], "query": [t for _, t in texts]},
-            )
-            self.known_texts.update((int(q), str(t)) for q, t in texts)
-        if mark == "start":
-            self.started_ms = exec_ms
-        elif self.explain:
-            self._explain_busiest(step_id, exec_ms)
+        if not statements:
+            return
+        columns: dict[str, list[Any]] = {
+            "step_id": [],
+            "mark": [],
+            "ts_us": [],
+            "queryid": [],
+            **{k: [] for k in STATEMENT_COLUMNS},
+        }
+        for queryid, payload, _ in statements:
+            row = json.loads(payload)
+            columns["step_id"].append(step_id)
+            columns["mark"].append(mark)
+            columns["ts_us"].append(ts)
+            columns["queryid"].append(int(queryid))
+            for column, names in STATEMENT_COLUMNS.items():
+                value = next((row[n] for n in names if row.get(n) is not None), None)
+                if column == "jit_ms" and value is not None:
+                    value += sum(row.get(n) or 0.0 for n in JIT_TIMES)
+                columns[column].append(value)
+        self.store.append("statement_readings", columns)
 
     def _explain_busiest(self, step_id: int, exec_ms: dict[int, float]) -> None:
         """The generic plans of the step's busiest statements not yet explained."""
