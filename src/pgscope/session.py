@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,11 @@ class SessionTarget:
             return self.conn.conninfo()
         assert self.local is not None
         return f"data_dir={self.local.data_dir}"
+
+
+# A collector's "No space left on device" is the results disk's when this little is left there
+# (else the server's own disk, say, under a query's temporary file).
+NEARLY_FULL_BYTES = 64 << 20
 
 
 @dataclass
@@ -157,7 +163,9 @@ def collect(
                 if window_s:
                     windows = Windows(store, collectors, window_s, duration_s, start)
                     windows.begin()
-                fault = _observe(start, duration_s, collectors, windows, watch, every_second)
+                fault = _observe(
+                    start, duration_s, run_dir, collectors, windows, watch, every_second
+                )
             except Interrupted as exc:
                 status, interrupted = "interrupted", exc
             except Exception as exc:
@@ -178,7 +186,7 @@ def collect(
                         watch.close()
         if fault is None:
             # A collector's last rows refused for want of room: what follows would be too.
-            fault = _full_disk(collectors)
+            fault = _full_disk(collectors, run_dir)
         if fault is None and windows is not None:
             try:
                 windows.close_all()
@@ -208,6 +216,7 @@ def collect(
 def _observe(
     start: float,
     duration_s: float,
+    run_dir: Path,
     collectors: CollectorSet,
     windows: Windows | None,
     watch: ServerWatch | None,
@@ -222,7 +231,7 @@ def _observe(
         if watch is not None and (lost := watch.check()) is not None:
             return ServerLost(lost, start)
         failures = collectors.failures()
-        if (full := _full_disk(collectors, failures)) is not None:
+        if (full := _full_disk(collectors, run_dir, failures)) is not None:
             return full
         if windows is not None:
             windows.tick(end - time.monotonic())
@@ -252,13 +261,19 @@ class ServerLost(TargetError):
 
 
 def _full_disk(
-    collectors: CollectorSet, failures: dict[str, str] | None = None
+    collectors: CollectorSet, run_dir: Path, failures: dict[str, str] | None = None
 ) -> EnvironmentProblem | None:
     """A collector whose writes failed for want of room (it stopped collecting, a hook of it
-    raised, or its stop said so): the results disk is full for everyone."""
+    raised, or its stop said so): the results disk is full for everyone. Unless the server's
+    disk is the full one (a query's temporary file): the error names a file of the run, or
+    the results disk is all but full."""
     reasons = [*(failures or {}).values(), *collectors.failed.values()]
     full = next((why for why in reasons if disk_full(RuntimeError(why))), None)
-    return _disk_full(RuntimeError(full)) if full is not None else None
+    if full is None:
+        return None
+    if str(run_dir) not in full and shutil.disk_usage(run_dir).free >= NEARLY_FULL_BYTES:
+        return None
+    return _disk_full(RuntimeError(full))
 
 
 def _fault(exc: Exception) -> PgscopeError:

@@ -8,6 +8,7 @@ three steps still has those three steps. Time is UTC epoch microseconds (BIGINT)
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import threading
@@ -279,13 +280,19 @@ class RunStore:
     # -- a full disk ------------------------------------------------------------------------
 
     def reserve(self) -> None:
-        """Keep RESERVE_BYTES of the results disk for `last_writes` (OSError when even that
-        much is not free)."""
-        fd = os.open(self.run_dir / RESERVE_FILE, os.O_CREAT | os.O_WRONLY, 0o600)
+        """Keep RESERVE_BYTES of the results disk for `last_writes`. OSError (ENOSPC) when
+        even that much is not free; where the file system cannot reserve room (another
+        error), the session goes on without."""
         try:
-            os.posix_fallocate(fd, 0, RESERVE_BYTES)
-        finally:
-            os.close(fd)
+            fd = os.open(self.run_dir / RESERVE_FILE, os.O_CREAT | os.O_WRONLY, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.release_reserve()
+            if exc.errno == errno.ENOSPC:
+                raise
 
     def release_reserve(self) -> None:
         with contextlib.suppress(FileNotFoundError):
