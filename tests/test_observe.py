@@ -22,14 +22,9 @@ from pgscope.analyze.diagnose import load_rules
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import (
-    SMALL_SERVER,
-    pgscope,
-    start,
-    stop_within,
-    top_finding,
-    wait_for_line,
-)
+from tests.cli import pgscope, start, stop_within, wait_for_line
+from tests.runs import top_finding
+from tests.servers import SMALL_SERVER
 from tests.test_perf_unavailable import as_postgres, postgres_dir, run_as_postgres
 
 __all__ = ["postgres_dir"]  # a fixture, used by name

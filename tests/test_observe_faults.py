@@ -26,7 +26,8 @@ import pytest
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
 from pgscope.target.watch import LOST_AFTER_S, ServerWatch
-from tests.conftest import one_line_error, pgscope, start, tmpfs, wait_for_line
+from tests.cli import one_line_error, pgscope, start, wait_for_line
+from tests.servers import tmpfs
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from pgscope.store import RESERVE_FILE, RunMeta, RunStore
-from tests.conftest import tmpfs
+from tests.servers import tmpfs
 
 
 def filled(store: RunStore) -> duckdb.Error:
