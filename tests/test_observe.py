@@ -146,6 +146,7 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
     judged = doc["diagnosis"]["worst_window"]
     assert judged is not None, doc["diagnosis"]
     assert expected in [f["id"] for f in judged["findings"]], judged
+    assert_account_as_far_as_the_settings_reach(doc, script)
     collectors = {c["name"]: c for c in doc["environment"]["collectors"]}
     assert {"activity", "pgstats", "statements", "pglocks", "host"} <= set(collectors)
     assert all(c["status"] == "complete" for c in collectors.values()), collectors
@@ -162,6 +163,36 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
     finally:
         db.close()
     assert not others, others
+
+
+def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node["children"]:
+        yield from nodes(child)
+
+
+def assert_account_as_far_as_the_settings_reach(doc: dict[str, Any], script: str) -> None:
+    """Issue 29: the server runs pg_stat_statements with its defaults and no auto_explain, as
+    most do. The account follows the time from the waits to the planted statement, and names
+    each branch it could not follow with the setting that would open it."""
+    whole = next(a for a in doc["accounts"] if a["scope"] == "whole")
+    print("\n" + json.dumps({k: whole[k] for k in ("samples", "seconds", "closed")}, indent=1))
+    assert abs(sum(c["share"] for c in whole["root"]["children"]) - 1) <= 0.01, whole["root"]
+    texts = [n["detail"]["text"] for n in nodes(whole["root"]) if n["kind"] == "statement"]
+    planted = "update counters" if script == "bump.sql" else "pg_advisory_xact_lock"
+    assert any(planted in (t or "") for t in texts), texts
+    closed = {c["branch"]: c for c in whole["closed"]}
+    # pg_stat_statements' own defaults: planning untimed, nested statements uncounted.
+    assert closed["planning time"]["opens"] == "pg_stat_statements.track_planning = on"
+    assert "track_planning = off" in closed["planning time"]["why"]
+    assert closed["nested statements"]["opens"] == "pg_stat_statements.track = all"
+    assert "track_functions" in closed["functions"]["opens"]
+    # Plans are never sampled on a server pgscope did not start: what would do it is said.
+    assert "auto_explain" in closed["plan nodes"]["opens"]
+    assert "statements" not in closed, "pg_stat_statements is installed and was read"
+    # Every branch not named closed was followed, or had nothing to follow.
+    assert set(closed) <= {"planning time", "nested statements", "functions", "I/O time",
+                           "plan nodes"}, closed  # fmt: skip
 
 
 def pgscope_statements(log: Path) -> list[tuple[str, str]]:
