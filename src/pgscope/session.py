@@ -23,7 +23,7 @@ from pgscope.runner.run import new_run_id
 from pgscope.signals import signals_as_exceptions
 from pgscope.store import RunMeta, RunStore
 from pgscope.target.conn import ConnParams
-from pgscope.target.introspect import server_version
+from pgscope.target.introspect import server_identity, server_version
 from pgscope.target.local import LocalServer
 from pgscope.target.pgbin import PgBinaries
 from pgscope.windows import VARIANT, close_windows, open_windows
@@ -109,7 +109,8 @@ def collect(
         if conn is not None:
             with conn.connect() as session:
                 version, version_num = server_version(session)
-            store.set_server(version, version_num)
+                identity = server_identity(session)
+            store.set_server(version, version_num, identity)
         local = target.local
         ctx = CollectorContext(
             env=env,
