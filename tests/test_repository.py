@@ -1,0 +1,435 @@
+"""A central repository, for real: a PostgreSQL server started here holds the runs of two
+other servers, pushed by a role that may only insert, read back by one that may only read.
+
+The observed servers log every statement and every connection (log_statement=all,
+log_connections=on): a push, a listing or a report from the repository never reaches them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import psycopg
+import pytest
+
+from pgscope import tables
+from pgscope.errors import ExitCode
+from pgscope.proc import server_account
+from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
+from pgscope.target.pgbin import PgBinaries
+from tests.conftest import SMALL_SERVER, one_line_error, pgscope, start, wait_for_line
+from tests.stores import busy_observation, measured_run
+
+pytestmark = pytest.mark.server
+
+SHORT = ["--duration", "1", "--warmup", "0", "--repeats", "1"]
+PUSHER, READER = "collector", "analyst"
+DAY_US = 86_400 * 1_000_000
+
+
+def dsn(cluster: EmbeddedCluster, user: str = "postgres", dbname: str = "postgres") -> str:
+    return f"host={cluster.socket_dir} port={cluster.port} user={user} dbname={dbname}"
+
+
+@dataclass
+class Repository:
+    cluster: EmbeddedCluster
+
+    @property
+    def owner(self) -> str:
+        return dsn(self.cluster)
+
+    @property
+    def push(self) -> str:
+        return dsn(self.cluster, PUSHER)
+
+    @property
+    def read(self) -> str:
+        return dsn(self.cluster, READER)
+
+    def query(self, statement: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        with self.cluster.connect() as conn:
+            return conn.execute(statement, params).fetchall()  # type: ignore[arg-type]
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table of the schema (partitions counted in their parent)."""
+        from pgscope.repository.schema import OWN_TABLES, store_tables
+
+        names = [*OWN_TABLES, *(t.name for t in store_tables())]
+        with self.cluster.connect() as conn:
+            return {
+                n: int(conn.execute(f'SELECT count(*) FROM pgscope."{n}"').fetchone()[0])  # type: ignore[index]
+                for n in names
+            }
+
+
+@dataclass
+class Observed:
+    cluster: EmbeddedCluster
+    run_dir: Path
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def repository(pg: PgBinaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Repository]:
+    """The central repository: a server of its own, made by `repository init` as its
+    superuser, with a login role that pushes and one that reads."""
+    log = tmp_path_factory.mktemp("repository") / "server.log"
+    settings = {**benchmark_defaults(8), **SMALL_SERVER}
+    with EmbeddedCluster(pg, server_account(None), log, settings) as cluster:
+        repo = Repository(cluster)
+        made = pgscope("repository", "init", "--to", repo.owner)
+        assert made.returncode == 0, made.stderr
+        assert "repository created" in made.stdout
+        with cluster.connect() as conn:
+            conn.execute(f"CREATE ROLE {PUSHER} LOGIN IN ROLE pgscope_push")
+            conn.execute(f"CREATE ROLE {READER} LOGIN IN ROLE pgscope_read")
+        yield repo
+
+
+@pytest.fixture(scope="module")
+def fleet(pg: PgBinaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Observed]]:
+    """Two servers, each measured by a short read-only run (`run --dsn`), logging every
+    statement and connection from then on."""
+    root = tmp_path_factory.mktemp("fleet")
+    settings = {**benchmark_defaults(4), **SMALL_SERVER}
+    with (
+        EmbeddedCluster(pg, server_account(None), root / "a.log", settings) as a,
+        EmbeddedCluster(pg, server_account(None), root / "b.log", settings) as b,
+    ):
+        observed = []
+        for name, cluster in (("a", a), ("b", b)):
+            subprocess.run(
+                [pg.path("pgbench"), "-i", "-s", "1", "-q", cluster.conn.conninfo()],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            result = pgscope(
+                "run", "--dsn", dsn(cluster), "--workload", "select-only", "--scale", "1",
+                "--clients", "1,2", *SHORT, "--results-dir", str(root / name), "--json",
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr[-2000:]
+            run_dir = Path(json.loads(result.stdout)["run_dir"])
+            cluster.apply_settings({"log_statement": "all", "log_connections": "on"})
+            observed.append(Observed(cluster, run_dir, cluster.log_path))
+        yield observed
+
+
+def _logged_since(observed: Observed, offset: int) -> list[str]:
+    """What the observed server logged of statements and connections since `offset`."""
+    text = observed.log.read_bytes()[offset:].decode(errors="replace")
+    return [
+        line
+        for line in text.splitlines()
+        if "statement:" in line or "connection received" in line or "connection authorized" in line
+    ]
+
+
+def test_two_servers_pushed_listed_and_reported_as_from_their_folders(
+    repository: Repository, fleet: list[Observed], tmp_path: Path
+) -> None:
+    """Each server's run pushed by the insert-only role (its connection string from a file);
+    `runs --from` lists both with their verdicts and servers; `report` and `compare` from the
+    repository print what they print from the folders, byte for byte; and none of it sent the
+    observed servers a statement, or even connected to them."""
+    identities = []
+    for o in fleet:
+        with o.cluster.connect() as conn:
+            identities.append(
+                conn.execute(
+                    "SELECT system_identifier::text, current_setting('port')::int "
+                    "FROM pg_control_system()"
+                ).fetchone()
+            )
+    offsets = [o.log.stat().st_size for o in fleet]
+    to_file = tmp_path / "repository"
+    to_file.write_text(repository.push + "\n")
+    pushed = pgscope("push", *(str(o.run_dir) for o in fleet), "--to-file", str(to_file), "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    done = json.loads(pushed.stdout)
+    assert [d["state"] for d in done] == ["pushed", "pushed"]
+    assert all(d["rows"] > 0 for d in done)
+    assert [(d["server"]["system_identifier"], d["server"]["port"]) for d in done] == identities
+
+    listed = pgscope("runs", "--from", repository.read, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["run_id"]: r for r in json.loads(listed.stdout)}
+    assert set(rows) == {o.run_dir.name for o in fleet}
+    local = {
+        r["run_id"]: r
+        for o in fleet
+        for r in json.loads(
+            pgscope("runs", "--results-dir", str(o.run_dir.parent), "--json").stdout
+        )
+    }
+    for run_id, row in rows.items():
+        summary = json.loads((Path(local[run_id]["run_dir"]) / "summary.json").read_text())
+        assert row["verdict"] == summary["verdict"] and row["verdict"]
+        assert row["pushed"] == "complete"
+        shared = {k: v for k, v in row.items() if k not in ("server", "pushed", "pushed_at")}
+        assert shared == local[run_id], "listed as `runs` lists the folder"
+    assert len({r["server"]["server_id"] for r in rows.values()}) == 2
+    text = pgscope("runs", "--from", repository.read).stdout.splitlines()
+    assert text[0].split()[:3] == ["date", "(UTC)", "server"] and len(text) == 3
+
+    for o in fleet:
+        run_id = o.run_dir.name
+        for fmt in ("text", "json"):
+            from_folder = pgscope("report", str(o.run_dir), "--format", fmt)
+            from_repo = pgscope("report", run_id, "--from", repository.read, "--format", fmt)
+            assert from_repo.returncode == 0, from_repo.stderr
+            assert from_repo.stdout == from_folder.stdout, fmt
+        html_folder = pgscope("report", str(o.run_dir), "--format", "html")
+        assert html_folder.returncode == 0, html_folder.stderr
+        out = tmp_path / f"{run_id}.html"
+        html_repo = pgscope(
+            "report", run_id, "--from", repository.read, "--format", "html", "--out", str(out)
+        )
+        assert html_repo.returncode == 0, html_repo.stderr
+        assert out.read_bytes() == (o.run_dir / "report.html").read_bytes()
+
+    a, b = (o.run_dir for o in fleet)
+    folders = pgscope("compare", str(a), str(b))
+    stored = pgscope("compare", a.name, b.name, "--from", repository.read)
+    mixed = pgscope("compare", a.name, str(b), "--from", repository.read)
+    assert folders.returncode == 0, folders.stderr
+    assert stored.stdout == folders.stdout == mixed.stdout
+    assert json.loads(
+        pgscope("compare", a.name, b.name, "--from", repository.read, "--json").stdout
+    ) == json.loads(pgscope("compare", str(a), str(b), "--json").stdout)
+    for o, offset in zip(fleet, offsets, strict=True):
+        assert _logged_since(o, offset) == [], "the observed server heard from the repository"
+
+
+def test_pushing_twice_changes_nothing(repository: Repository, fleet: list[Observed]) -> None:
+    first = pgscope("push", str(fleet[0].run_dir), "--to", repository.push)
+    assert first.returncode == 0, first.stderr
+    before = repository.counts()
+    again = pgscope("push", str(fleet[0].run_dir), "--to", repository.push, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)[0]["state"] == "already"
+    assert repository.counts() == before
+
+
+def _store_counts(run_dir: Path) -> dict[str, int]:
+    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        held = {r[0] for r in db.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        return {
+            t: int(db.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0])  # type: ignore[index]
+            for t in tables.declared()
+            if t in held
+        }
+    finally:
+        db.close()
+
+
+def _run_counts(repository: Repository, run_id: str) -> dict[str, int]:
+    from pgscope.repository.schema import store_tables
+
+    [(key,)] = repository.query("SELECT run_key FROM pgscope.runs WHERE run_id = %s", [run_id])
+    return {
+        t.name: int(
+            repository.query(f'SELECT count(*) FROM pgscope."{t.name}" WHERE run_key = %s', [key])[
+                0
+            ][0]
+        )
+        for t in store_tables()
+    }
+
+
+def test_a_killed_push_leaves_nothing_and_the_next_one_completes_it(
+    repository: Repository, tmp_path: Path
+) -> None:
+    """SIGKILL while the samples are being copied: the run is not in the repository, not a row
+    of it; pushed again, it is there whole, every table as many rows as the store."""
+    run_dir = busy_observation(
+        tmp_path / "20260101-000000-observe-dead", int(time.time() * 1e6) - 3600 * 10**6,
+        seconds=120, sessions=40, hz=50,
+    )  # fmt: skip
+    before = repository.counts()
+    proc = start(["push", str(run_dir), "--to", repository.push])
+    wait_for_line(proc, r"activity_samples, 240,000 rows", timeout=120)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    # The server ends the push's session when it sees its client gone: wait for that.
+    deadline = time.monotonic() + 30
+    while (
+        repository.query("SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgscope push'")
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    assert repository.counts() == before, "a killed push left rows behind"
+    assert not repository.query("SELECT 1 FROM pgscope.runs WHERE run_id = %s", [run_dir.name])
+
+    again = pgscope("push", str(run_dir), "--to", repository.push, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)[0]["state"] == "pushed"
+    stored = _run_counts(repository, run_dir.name)
+    assert {t: n for t, n in stored.items() if n} == {
+        t: n for t, n in _store_counts(run_dir).items() if n
+    }
+    assert stored["activity_samples"] == 240_000
+
+
+def test_the_push_role_inserts_and_reads_nothing_else(
+    repository: Repository, fleet: list[Observed]
+) -> None:
+    """pgscope_push: INSERT into the store's tables and the functions; no SELECT, UPDATE,
+    DELETE or DDL in the repository, nothing at all in another schema; the functions refuse
+    a complete run's rows. pgscope_read: SELECT only."""
+    pushed = pgscope("push", str(fleet[1].run_dir), "--to", repository.push)
+    assert pushed.returncode == 0, pushed.stderr
+    [(server_id, run_key)] = repository.query(
+        "SELECT server_id, run_key FROM pgscope.runs WHERE run_id = %s", [fleet[1].run_dir.name]
+    )
+    with repository.cluster.connect() as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS app")
+        conn.execute("CREATE TABLE IF NOT EXISTS app.accounts (id int, secret text)")
+        conn.execute("INSERT INTO app.accounts VALUES (1, 'hunter2')")
+    refused = {
+        "SELECT * FROM app.accounts": "permission denied",
+        "INSERT INTO app.accounts VALUES (2, 'x')": "permission denied",
+        "CREATE TABLE app.mine (x int)": "permission denied",
+        "CREATE TABLE public.mine (x int)": "permission denied",
+        "CREATE SCHEMA mine": "permission denied",
+        "SELECT * FROM pgscope.activity_samples": "permission denied",
+        "SELECT * FROM pgscope.runs": "permission denied",
+        "SELECT * FROM pgscope.documents": "permission denied",
+        "UPDATE pgscope.runs SET verdict = 'x'": "permission denied",
+        "DELETE FROM pgscope.steps": "permission denied",
+        "TRUNCATE pgscope.steps": "permission denied",
+        "DROP TABLE pgscope.steps": "must be owner",
+        "CREATE TABLE pgscope.mine (x int)": "permission denied",
+        f"SELECT pgscope.clear_rows({server_id}, {run_key}, 'steps')": "is not being pushed",
+        f"SELECT pgscope.clear_rows({server_id}, {run_key}, 'pg_authid')": "not a table pushed",
+        "SELECT pgscope.add_partition('runs', 0)": "is not a time series",
+        f"SELECT pgscope.close_push({server_id}, {run_key}, '{{}}', '{{}}', NULL, 1, 0, true)": (
+            "is not being pushed"
+        ),
+        f"SELECT pgscope.rename_waits({server_id}, {run_key}, '{{}}', '{{}}', '{{}}')": (
+            "is not being pushed"
+        ),
+    }
+    with psycopg.connect(repository.push, autocommit=True) as pusher:
+        for statement, expected in refused.items():
+            with pytest.raises(psycopg.Error, match=expected):
+                pusher.execute(statement)  # type: ignore[arg-type]
+        pusher.execute("SELECT version FROM pgscope.schema_version")  # its one read
+    with psycopg.connect(repository.read, autocommit=True) as reader:
+        assert reader.execute("SELECT count(*) FROM pgscope.runs").fetchone()[0] >= 1  # type: ignore[index]
+        reader.execute("SELECT count(*) FROM pgscope.activity_samples_default")
+        for statement in ("INSERT INTO pgscope.steps (server_id, run_key, step_id, variant, "
+                          "clients, repeat, status) VALUES (1, 1, 1, 'x', 1, 1, 'ok')",
+                          f"SELECT pgscope.clear_rows({server_id}, {run_key}, 'steps')",
+                          "SELECT * FROM app.accounts"):  # fmt: skip
+            with pytest.raises(psycopg.Error, match="permission denied"):
+                reader.execute(statement)  # type: ignore[arg-type]
+    assert (
+        repository.query("SELECT count(*) FROM pgscope.steps WHERE run_key = %s", [run_key])[0][0]
+        == 2
+    ), "the complete run kept its steps"
+
+
+def test_old_runs_are_pruned_whole_and_their_months_dropped(
+    repository: Repository, tmp_path: Path
+) -> None:
+    """A run of a year ago and one of today: pruning what is older than 30 days removes the
+    old one from every table and drops its month's partitions; today's stays whole. The push
+    role may not prune."""
+    year_ago = int(time.time() * 1e6) - 365 * DAY_US
+    old = busy_observation(tmp_path / "20250101-000000-observe-old0", year_ago, 60, 4, 10)
+    new = busy_observation(
+        tmp_path / "20260101-000000-observe-new0", int(time.time() * 1e6) - 3600 * 10**6, 60, 4, 10
+    )
+    for run_dir in (old, new):
+        assert pgscope("push", str(run_dir), "--to", repository.push).returncode == 0
+    month = time.strftime("%Y_%m", time.gmtime(year_ago / 1e6))
+    assert repository.query("SELECT to_regclass(%s)", [f"pgscope.activity_samples_{month}"])[0][0]
+
+    refused = pgscope("repository", "prune", "--to", repository.push, "--older-than", "30d")
+    assert refused.returncode == ExitCode.TARGET
+    assert "prune as the role that owns it" in one_line_error(refused)
+
+    dry = pgscope("repository", "prune", "--to", repository.owner, "--older-than", "30d",
+                  "--dry-run", "--json")  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    assert old.name in planned["runs"] and new.name not in planned["runs"]
+    assert f"activity_samples_{month}" in planned["partitions"]
+    assert _run_counts(repository, old.name)["activity_samples"] == 60 * 10 * 4, "dry run"
+
+    done = pgscope("repository", "prune", "--to", repository.owner, "--older-than", "30d",
+                   "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["runs"] == planned["runs"]
+    assert not repository.query("SELECT to_regclass(%s)", [f"pgscope.activity_samples_{month}"])[0][
+        0
+    ]
+    assert not repository.query("SELECT 1 FROM pgscope.runs WHERE run_id = %s", [old.name])
+    for table in ("steps", "windows", "run", "events", "pgstats_counters"):
+        assert not repository.query(
+            f"SELECT 1 FROM pgscope.{table} t JOIN pgscope.runs r USING (run_key) "
+            f"WHERE r.run_id = %s",
+            [old.name],
+        ), table
+    assert _run_counts(repository, new.name)["activity_samples"] == 60 * 10 * 4
+
+
+def test_a_run_pulled_back_is_its_store_row_for_row(repository: Repository, tmp_path: Path) -> None:
+    """Every table of a run, out of the repository into a new run folder, equals the store
+    pushed, row for row: strings with quotes, commas, new lines, empty or NULL; doubles at
+    their last digit, infinite or not a number; 64-bit query ids."""
+    run_dir = measured_run(
+        tmp_path / "r" / "20260102-000000-scaling-odd0", [(1, 10.5), (2, 1e-300)]
+    )
+    db = duckdb.connect(str(run_dir / "run.duckdb"))
+    db.execute(
+        "INSERT INTO events VALUES (1, 1, 'odd', 'a \"quoted\", comma\nnew line'), "
+        "(2, NULL, '', NULL), (3, 2, 'x', '\\N'), (4, 2, 'y', ',')"
+    )
+    db.execute(tables.of("host_cpu").ddl())
+    db.execute("INSERT INTO host_cpu VALUES (1700000000000000, 1.0, 2, 'inf'::DOUBLE, "
+               "'-inf'::DOUBLE, 'nan'::DOUBLE, -0.0, 0.1, 1.7976931348623157e308, 5e-324, "
+               "NULL, 0.30000000000000004)")  # fmt: skip
+    db.execute(tables.of("activity_queries").ddl())
+    db.execute("INSERT INTO activity_queries VALUES (-9223372036854775808, 'SELECT ''a''', 1), "
+               "(9223372036854775807, '', NULL)")  # fmt: skip
+    db.close()
+    assert pgscope("push", str(run_dir), "--to", repository.push).returncode == 0
+    pulled = pgscope("pull", run_dir.name, "--from", repository.read,
+                     "--results-dir", str(tmp_path / "pulled"), "--json")  # fmt: skip
+    assert pulled.returncode == 0, pulled.stderr
+    copy = Path(json.loads(pulled.stdout)["run_dir"])
+    assert json.loads((copy / "summary.json").read_text())["run_id"] == run_dir.name
+    with duckdb.connect() as db:
+        db.execute(f"ATTACH '{run_dir / 'run.duckdb'}' AS a (READ_ONLY)")
+        db.execute(f"ATTACH '{copy / 'run.duckdb'}' AS b (READ_ONLY)")
+        tables_of = {
+            alias: {r[0] for r in db.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
+            ).fetchall()}
+            for alias in ("a", "b")
+        }  # fmt: skip
+        assert tables_of["a"] == tables_of["b"]
+        for t in sorted(tables_of["a"]):
+            columns = ", ".join(
+                f"CAST(\"{c}\" AS VARCHAR)" for (c,) in db.execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE database_name = 'a' "
+                    "AND table_name = ? ORDER BY column_index", [t]
+                ).fetchall()
+            )  # fmt: skip
+            for x, y in (("a", "b"), ("b", "a")):
+                differ = db.execute(
+                    f'SELECT count(*) FROM (SELECT {columns} FROM {x}."{t}" EXCEPT ALL '
+                    f'SELECT {columns} FROM {y}."{t}")'
+                ).fetchone()
+                assert differ == (0,), (t, x, y)
