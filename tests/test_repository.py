@@ -433,3 +433,78 @@ def test_a_run_pulled_back_is_its_store_row_for_row(repository: Repository, tmp_
                     f'SELECT {columns} FROM {y}."{t}")'
                 ).fetchone()
                 assert differ == (0,), (t, x, y)
+
+
+def test_runs_are_filtered_by_server_date_and_verdict(
+    repository: Repository, fleet: list[Observed]
+) -> None:
+    for o in fleet:
+        assert pgscope("push", str(o.run_dir), "--to", repository.push).returncode == 0
+
+    def listed(*args: str) -> set[str]:
+        result = pgscope("runs", "--from", repository.read, "--limit", "0", "--json", *args)
+        assert result.returncode == 0, result.stderr
+        return {r["run_id"] for r in json.loads(result.stdout)}
+
+    a, b = (o.run_dir.name for o in fleet)
+    port_a = fleet[0].cluster.port
+    everything = listed()
+    assert {a, b} <= everything
+    by_port = listed("--server", f"{pgscope_host(repository, a)}:{port_a}")
+    assert a in by_port and b not in by_port
+    [(sysid,)] = repository.query(
+        "SELECT s.system_identifier::text FROM pgscope.servers s JOIN pgscope.runs r "
+        "USING (server_id) WHERE r.run_id = %s",
+        [a],
+    )
+    assert a in listed("--server", sysid)
+    assert listed("--since", "2000-01-01") >= {a, b}
+    assert not listed("--until", "2000-01-01")
+    assert not listed("--since", "2999-01-01")
+    verdict = json.loads((fleet[0].run_dir / "summary.json").read_text())["verdict"]
+    assert a in listed("--verdict", verdict.split()[0].lower())
+    assert not listed("--verdict", "no verdict has these words")
+    assert len(listed("--limit", "1")) == 1
+
+
+def pgscope_host(repository: Repository, run_id: str) -> str:
+    [(host,)] = repository.query(
+        "SELECT s.host FROM pgscope.servers s JOIN pgscope.runs r USING (server_id) "
+        "WHERE r.run_id = %s",
+        [run_id],
+    )
+    return str(host)
+
+
+def test_a_repository_of_another_version_is_refused_or_upgraded(
+    repository: Repository, fleet: list[Observed]
+) -> None:
+    """Newer than this pgscope: refused, one line, to push and to read. Older: refused to
+    push until its owner runs `repository init`, which upgrades it in place."""
+    with repository.cluster.connect() as conn:
+        conn.execute("DROP DATABASE IF EXISTS other")
+        conn.execute("CREATE DATABASE other")
+    other = dsn(repository.cluster, dbname="other")
+    assert pgscope("repository", "init", "--to", other).returncode == 0
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgscope.schema_version VALUES (99, 99, '9.9')")
+    for args in (["push", str(fleet[0].run_dir), "--to", other], ["runs", "--from", other],
+                 ["repository", "init", "--to", other]):  # fmt: skip
+        result = pgscope(*args)
+        assert result.returncode == ExitCode.REFUSED, (args, result.stderr)
+        assert "newer than this pgscope" in one_line_error(result)
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("DELETE FROM pgscope.schema_version")
+        conn.execute("INSERT INTO pgscope.schema_version VALUES (1, 6, 'older')")
+        conn.execute("ALTER TABLE pgscope.run DROP COLUMN system_identifier")
+    older = pgscope("push", str(fleet[0].run_dir), "--to", other)
+    assert older.returncode == ExitCode.REFUSED
+    assert "older than this pgscope's" in one_line_error(older)
+    assert pgscope("runs", "--from", other).returncode == 0, "an older one is read"
+    upgraded = pgscope("repository", "init", "--to", other)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "upgraded from version 1 (store 6)" in upgraded.stdout
+    pushed = pgscope("push", str(fleet[0].run_dir), "--to", other, "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    with psycopg.connect(other, autocommit=True) as conn:
+        assert conn.execute("SELECT count(system_identifier) FROM pgscope.run").fetchone() == (1,)
