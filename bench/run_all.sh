@@ -27,6 +27,7 @@ if [[ $what == all || $what == collectors ]]; then
   step usdt .venv/bin/python bench/bench_usdt.py --pairs 5 --seconds 10 --scale 10 --bystander --hold
   step trap-cost .venv/bin/python bench/bench_trap_cost.py --pairs 7 --seconds 10
   step pglocks-cost .venv/bin/python bench/bench_pglocks.py
+  step plans-cost .venv/bin/python bench/bench_plans.py --pairs 7 --seconds 20
   step observe-analysis .venv/bin/python bench/bench_observe.py
 fi
 if [[ $what == all || $what == recipes ]]; then

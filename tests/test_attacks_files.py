@@ -386,7 +386,13 @@ def test_run_again_reads_only_the_folders_own_inputs(
 
 
 def dsn(cluster: EmbeddedCluster) -> str:
-    return f"host={cluster.socket_dir} port={cluster.port} user=postgres dbname=postgres"
+    """A read-only role's DSN (a user's script runs on --dsn only as a role that cannot
+    write: tests/test_attacks_readonly.py)."""
+    with cluster.connect() as session:
+        if not session.execute("SELECT 1 FROM pg_roles WHERE rolname = 'reader'").fetchone():
+            session.execute("CREATE ROLE reader LOGIN")
+            session.execute("GRANT pg_monitor TO reader")
+    return f"host={cluster.socket_dir} port={cluster.port} user=reader dbname=postgres"
 
 
 @pytest.mark.server

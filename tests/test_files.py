@@ -8,13 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from pgscope.errors import EnvironmentProblem
 from pgscope.files import remove_tree, write_atomic
+from tests.poll import wait_until
 
 
 def test_a_write_replaces_the_file_whole(tmp_path: Path) -> None:
@@ -68,12 +68,14 @@ while time.monotonic() < end:
 """
 
 
-def _straggling_tree(root: Path, for_s: float) -> subprocess.Popen[bytes]:
+def _straggling_tree(root: Path, for_s: float, files: int = 300) -> subprocess.Popen[bytes]:
     (root / "base" / "1").mkdir(parents=True)
-    for j in range(300):
+    for j in range(files):
         (root / "base" / "1" / f"old{j}").touch()
     proc = subprocess.Popen([sys.executable, "-c", STRAGGLER, str(root), str(for_s)])
-    time.sleep(0.2)  # it writes by now
+    # Until it writes: its first file (on a loaded host the interpreter takes a while to start,
+    # and an rmtree before the first write would race nothing).
+    wait_until(lambda: (root / "base" / "1" / "1").exists(), "the writer's first file")
     return proc
 
 
@@ -82,12 +84,18 @@ def test_a_tree_with_a_straggling_writer_is_removed_once_the_writer_stops(
 ) -> None:
     # The control: one rmtree while the writer runs leaves the tree (what left a cluster's
     # directory behind).
-    control = tmp_path / "control"
-    proc = _straggling_tree(control, 0.5)
-    shutil.rmtree(control, ignore_errors=True)
-    left = control.exists()
-    proc.wait(timeout=10)
-    assert left, "one rmtree raced the writer and lost"
+    # A race: the writer must create a file while rmtree empties the folder. With thousands
+    # of files to remove it nearly always does; three tries make a lost race all but never.
+    lost = []
+    for attempt in range(3):
+        control = tmp_path / f"control{attempt}"
+        proc = _straggling_tree(control, 1.0, files=5000)
+        shutil.rmtree(control, ignore_errors=True)
+        lost.append(control.exists())
+        proc.wait(timeout=10)
+        if lost[-1]:
+            break
+    assert any(lost), "one rmtree raced the writer and lost"
     root = tmp_path / "cluster"
     proc = _straggling_tree(root, 0.5)
     try:

@@ -18,239 +18,55 @@ import pytest
 
 from tests.conftest import cli_processes, diagnosis, pgscope, run_doc, top_finding
 from tests.plant import busy_neighbours, cold_page_cache, slow_writes, slow_writes_unavailable
+from tests.planted import CASES, COMMON, PARTITIONS, SLOW_WAL_DEVICE, spec_text
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
-
-COMMON = """
-duration = 3
-warmup = 1
-repeats = 1
-order = "sequential"
-[settings]
-shared_buffers = "128MB"
-[collectors]
-activity = {}
-pgstats = {}
-host = {}
-statements = {}
-pglocks = {}
-waldevice = {}
-"""
-
-# name -> (spec text, files it needs, the finding that must come first); every case gets
-# COMMON's settings, and its CASE_FLAGS after them (they win).
-CASE_FLAGS = {
-    "datafile-read": ["--set", "shared_buffers=16MB"],  # the table is ~20x that
-    "small-shared-buffers": ["--set", "shared_buffers=16MB"],  # ~300 MB, in the OS cache
-    "extension-lock-queue": ["--set", "synchronous_commit=off"],  # no commit flush to wait for
-    "connection-overhead": ["--connect"],  # pgbench -C: a new connection per transaction
-    # The CPU profile shows the lock manager's CPU beside its waits (40-45% of the samples).
-    "partition-locks": ["--collectors", "activity,pgstats,host,statements,pglocks,perf"],
-}
-ONE = {"one.sql": "SELECT 1;\n"}
-SLOW_WAL_DEVICE = 16 * 2**20  # bytes/s
-PARTITIONS = 128
-PLANTED: dict[str, tuple[str, dict[str, str], str]] = {
-    # Three client counts: the USL fit (its sigma is evidence for hot rows) needs them.
-    "hot-rows": ('workload = "tpcb-like"\nscale = 1\nclients = [2, 4, 8]\n', {}, "hot-row-locks"),
-    "advisory-queue": (
-        'scripts = ["advisory.sql"]\nscale = 0\nclients = [2, 8]\n',
-        {
-            "advisory.sql": "BEGIN;\nSELECT pg_advisory_xact_lock(42);\nSELECT pg_sleep(0.002);\n"
-            "END;\n"
-        },
-        "object-lock-queue",
-    ),
-    "relation-lock-queue": (
-        'scripts = ["lock.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 8]\n',
-        {
-            "lock.sql": "BEGIN;\nLOCK TABLE queue IN EXCLUSIVE MODE;\nSELECT pg_sleep(0.002);\n"
-            "END;\n",
-            "schema.sql": "create table queue(id int);\n",
-        },
-        "object-lock-queue",
-    ),
-    "extension-lock-queue": (  # wide rows into one table: sessions queue to extend it
-        'scripts = ["wide.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 8]\n',
-        {
-            "wide.sql": "insert into wide select g, repeat('x', 1800) "
-            "from generate_series(1, 50) g;\n",
-            "schema.sql": "create table wide(id int, pad text) with (fillfactor = 10);\n"
-            "alter table wide alter pad set storage plain;\n",
-        },
-        "object-lock-queue",
-    ),
-    "commit-flush": (
-        'scripts = ["insert.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [1, 2]\n',
-        {
-            "insert.sql": "insert into t(info) values (null);\n",
-            "schema.sql": "create table t(id serial primary key, info text);\n",
-        },
-        "commit-flush",
-    ),
-    "client-think-time": (
-        'scripts = ["think.sql"]\nscale = 0\nclients = [2, 4]\n',
-        {"think.sql": "SELECT 1;\n\\sleep 20 ms\n"},
-        "client-bound",
-    ),
-    "datafile-read": (
-        'workload = "select-only"\nscale = 20\nclients = [2, 4]\n',
-        {},
-        "datafile-read",
-    ),
-    "cpu-saturation": (
-        'workload = "select-only"\nscale = 1\nclients = [4, 8]\n',
-        {},
-        "cpu-saturation",
-    ),
-    # Beyond the named field cases: the work itself (statements, tables).
-    # Every client bumps one counter row: they queue for its lock, and its old versions pile
-    # up dead (autovacuum cannot keep up within seconds). The dead rows are the queue's
-    # by-product; the queue is the cause.
-    "hot-counter": (
-        'scripts = ["bump.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 8]\n',
-        {
-            "bump.sql": "begin;\nupdate counters set n = n + 1 where id = 1;\n"
-            "select pg_sleep(0.001);\ncommit;\n",
-            "schema.sql": "create table counters(id int primary key, n bigint);\n"
-            "insert into counters values (1, 0), (2, 0);\n",
-        },
-        "hot-row-locks",
-    ),
-    "missing-index": (
-        'scripts = ["lookup.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
-        {
-            "lookup.sql": "\\set k random(1, 100000)\nselect id, pad from items where val = :k;\n",
-            "schema.sql": "create table items(id int primary key, val int, pad text);\n"
-            "insert into items select g, g, md5(g::text) from generate_series(1, 100000) g;\n",
-        },
-        "seq-scan",
-    ),
-    "sort-spill": (
-        'scripts = ["sort.sql"]\nscale = 0\nclients = [4]\n',
-        {
-            "sort.sql": "select * from (select g, md5(g::text) m from generate_series(1, 150000) g "
-            "order by m) s offset 149999;\n"
-        },
-        "temp-spill",
-    ),
-    "dead-rows": (  # a large delete, and no vacuum after it
-        'scripts = ["count.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
-        {
-            "count.sql": "select count(*) from events where kind = 1;\n",
-            "schema.sql": "create table events(id int primary key, kind int, pad text) "
-            "with (autovacuum_enabled = off);\n"
-            "insert into events select g, g % 10, md5(g::text) from generate_series(1, 200000) g;\n"
-            "delete from events where id > 10000;\n",
-        },
-        "dead-rows",
-    ),
-    "many-indexes": (
-        'scripts = ["insert.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
-        {
-            "insert.sql": "insert into orders(a, b, c, d, e, f, g) "
-            "select r, r, r, r, r, r, r from (select (random() * 1e6)::int r) s;\n",
-            "schema.sql": "create table orders(id bigserial primary key, "
-            "a int, b int, c int, d int, e int, f int, g int);\n"
-            + "".join(f"create index on orders({c});\n" for c in "abcdefg"),
-        },
-        "index-write-amplification",
-    ),
-    "large-results": (
-        'scripts = ["big.sql"]\nscale = 0\nclients = [4]\n',
-        {"big.sql": "select g, repeat('x', 200) from generate_series(1, 20000) g;\n"},
-        "large-results",
-    ),
-    # Rows of ~0.5 kB in 2,000-row transactions (1.3 MB of WAL each) on a disk that takes
-    # 16 MB/s from the server (plant.slow_writes): the WAL's bytes, not its flushes, are the
-    # limit. Unthrottled, this VM's disk takes ~300 MB/s and the same load is CPU- and
-    # extension-lock-bound (test_bulk_writes_on_a_fast_disk_are_not_wal_volume).
-    "wal-volume": (
-        'scripts = ["bulk.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4]\n',
-        {
-            "bulk.sql": "insert into events(payload) "
-            "select repeat(md5(random()::text), 16) from generate_series(1, 2000);\n",
-            "schema.sql": "create table events(id bigserial primary key, "
-            "at timestamptz default now(), payload text);\n",
-        },
-        "wal-volume",
-    ),
-    "small-shared-buffers": (
-        'workload = "select-only"\nscale = 20\nclients = [4]\n',
-        {},
-        "shared-buffers-small",
-    ),
-    "busy-neighbours": (
-        'workload = "select-only"\nscale = 1\nclients = [2]\n',
-        {},
-        "cpu-other-processes",
-    ),
-    # The trivial transaction, reconnecting for each one (CASE_FLAGS): the connection is the
-    # work; test_connecting_once_is_no_connection_overhead is the same load connected once.
-    "connection-overhead": (
-        'scripts = ["one.sql"]\nscale = 0\nclients = [4]\n',
-        ONE,
-        "connection-overhead",
-    ),
-    # A lookup by the partition key, prepared: its generic plan prunes at run time, but
-    # PostgreSQL 15 locks every partition of it first (129 relations, and the one index it
-    # scans); a custom plan prunes while planning (3). The custom variant is the control: the
-    # same table and query, pruned, where the rule must stay silent.
-    "partition-locks": (
-        'scripts = ["lookup.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4, 8]\n'
-        'variants = {generic = {plan_cache_mode = "force_generic_plan"}, '
-        'custom = {plan_cache_mode = "force_custom_plan"}}\n',
-        {
-            "lookup.sql": f"\\set k random(1, {PARTITIONS * 1000})\n"
-            "select pad from orders where id = :k;\n",
-            "schema.sql": "create table orders(id int, customer int, pad text) "
-            "partition by hash (id);\n"
-            "select format('create table orders_%s partition of orders "
-            f"for values with (modulus {PARTITIONS}, remainder %s)', i, i) "
-            f"from generate_series(0, {PARTITIONS - 1}) i \\gexec\n"
-            "create index on orders(id);\n"
-            "insert into orders select g, g % 1000, md5(g::text) "
-            f"from generate_series(1, {PARTITIONS * 1000}) g;\n"
-            "analyze orders;\n",
-        },
-        "lock-manager",
+PLANTS = {
+    "cold-cache": lambda: cold_page_cache(Path(tempfile.gettempdir())),
+    "busy-neighbours": lambda: busy_neighbours(4),  # twice the host's cores
+    # From the first moment: the WAL device's probe runs right after the cluster starts.
+    "slow-writes": lambda: slow_writes(
+        Path(tempfile.gettempdir()), SLOW_WAL_DEVICE, starters=cli_processes()
     ),
 }
 
 
-@pytest.mark.parametrize("case", sorted(PLANTED))
-def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path) -> None:
-    spec_text, files, expected = PLANTED[case]
-    for name, content in files.items():
-        (tmp_path / name).write_text(content)
-    spec = tmp_path / f"{case}.toml"
-    spec.write_text(spec_text + COMMON)
-    planted = contextlib.nullcontext()
-    if case == "datafile-read":
-        if os.geteuid() != 0:
-            pytest.skip("evicting the server's files from the page cache needs root")
-        # The cluster lands in this session's TMPDIR (conftest), which the server can reach.
-        planted = cold_page_cache(Path(tempfile.gettempdir()))
-    if case == "busy-neighbours":
-        planted = busy_neighbours(4)  # twice the host's cores: the server gets a part
-    if case == "wal-volume":
-        work = Path(tempfile.gettempdir())  # the clusters' disk (conftest)
-        why_not = slow_writes_unavailable(work)
+def run_case(name: str, folder: Path) -> dict[str, Any]:
+    """Run a planted case as a user would, its host condition planted, and return its JSON
+    document (every step ok)."""
+    case = CASES[name]
+    for file, content in case.files.items():
+        (folder / file).write_text(content)
+    spec = folder / f"{name}.toml"
+    spec.write_text(spec_text(name))
+    planted: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    if case.plant == "cold-cache" and os.geteuid() != 0:
+        pytest.skip("evicting the server's files from the page cache needs root")
+    if case.plant == "slow-writes":
+        why_not = slow_writes_unavailable(Path(tempfile.gettempdir()))
         if why_not:
             pytest.skip(f"cannot plant a slow WAL device: {why_not}")
-        # From the first moment: the WAL device's probe runs right after the cluster starts.
-        planted = slow_writes(work, SLOW_WAL_DEVICE, starters=cli_processes())
+    if case.plant is not None:
+        planted = PLANTS[case.plant]()
     with planted:
         result = pgscope(
             "run",
             str(spec),
-            *CASE_FLAGS.get(case, []),
+            *case.flags,
             "--json",
             "--results-dir",
-            str(tmp_path / "r"),
+            str(folder / "r"),
             timeout=600,
         )
-    doc = run_doc(result)
+    return run_doc(result)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path) -> None:
+    """The planted cause comes first, confidently, named down to what the account reached;
+    and the account of every cell adds up."""
+    expected = CASES[case].expected
+    doc = run_case(case, tmp_path)
     diag = diagnosis(doc, case, expected)
     peaks = [s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]]
     shown = {n: f["value"] for p in peaks for n, f in p.items() if n.startswith(("wal.", "wait."))}
@@ -258,10 +74,28 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
         json.dumps(diag["findings"][:3], indent=1)[:3000] + json.dumps(shown)[:1500]
     )
     assert not diag["weak"]
+    title = diag["findings"][0]["title"].lower()
+    for word in CASES[case].named:
+        assert word.lower() in title, (word, diag["findings"][0]["title"])
+    _accounts_add_up(doc)
     if case == "partition-locks":
         _partition_locks(doc, diag)
     if case == "missing-index":
         _missing_index(diag)
+
+
+def _accounts_add_up(doc: dict[str, Any]) -> None:
+    """Every cell's account: its classes' shares sum to 1, and its heaviest statement is
+    named by query id and text."""
+    assert doc["accounts"], "no account of active time"
+    for account in doc["accounts"]:
+        if not account["samples"]:
+            continue
+        classes = account["root"]["children"]
+        assert abs(sum(c["share"] for c in classes) - 1) <= 0.01, account["root"]["name"]
+        statements = [s for c in classes for e in c["children"] for s in e["children"]]
+        top = max(statements, key=lambda s: s["share"])
+        assert top["detail"]["query_id"] is None or top["detail"]["text"], top
 
 
 def _missing_index(diag: dict[str, Any]) -> None:
@@ -308,10 +142,10 @@ def test_connecting_once_is_no_connection_overhead(tmp_path: Path) -> None:
     """The connection-overhead case's load without --connect: each client connects once, so
     pgbench's connection time spread over the transactions is a sliver of their latency, the
     server starts no session per transaction, and the rule stays silent."""
-    spec_text, files, _ = PLANTED["connection-overhead"]
-    (tmp_path / "one.sql").write_text(files["one.sql"])
+    case = CASES["connection-overhead"]
+    (tmp_path / "one.sql").write_text(case.files["one.sql"])
     spec = tmp_path / "once.toml"
-    spec.write_text(spec_text + COMMON)
+    spec.write_text(spec_text("connection-overhead"))
     result = pgscope("run", str(spec), "--json", "--results-dir", str(tmp_path / "r"), timeout=600)
     doc = run_doc(result)
     assert "connection-overhead" not in {f["id"] for f in doc["diagnosis"]["findings"]}

@@ -21,7 +21,7 @@ from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.conftest import SMALL_SERVER, diagnosis, pg_of_major, pgscope, run_doc, top_finding
 from tests.plant import slow_writes, slow_writes_unavailable
-from tests.test_findings import COMMON, PLANTED
+from tests.planted import CASES, spec_text
 
 # Each reads the waits (17 renamed IO:WALSync), the counters (17 and 18 moved them) and the
 # CPU the same way on every version; 15's run of each is tests/test_findings.py's.
@@ -33,11 +33,11 @@ CAUSES = ("hot-rows", "commit-flush", "cpu-saturation")
 def test_planted_causes_on_each_newer_version(
     case: str, pg_newer: PgBinaries, tmp_path: Path
 ) -> None:
-    spec_text, files, expected = PLANTED[case]
-    for name, content in files.items():
+    expected = CASES[case].expected
+    for name, content in CASES[case].files.items():
         (tmp_path / name).write_text(content)
     spec = tmp_path / f"{case}.toml"
-    spec.write_text(spec_text + COMMON)
+    spec.write_text(spec_text(case))
     result = pgscope(
         "run",
         str(spec),

@@ -105,6 +105,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
     environment = _environment(store, run, spec)
     observed = observation.read(db, environment.collectors)
     section = statements.read(db)
+    counters = pgstats.per_step(db)
     return RunAnalysis(
         run_id=str(run["run_id"]),
         run_dir=str(run_dir.resolve()),
@@ -120,7 +121,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         steps=steps,
         scalability=scaling,
         waits=waits.analyse(db),
-        counters=pgstats.per_step(db),
+        counters=counters,
         timeline=Timeline(_marked(timeline.series(db), observed), timeline.dips(db)),
         locks=_locks(db, steps, programs),
         checkpoints=_checkpoints(db, steps, programs),
@@ -130,6 +131,10 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         held_locks=heldlocks.read(db),
         observation=observed,
         accounts=_accounts(db, steps, section, run["target_kind"], observed),
+        # pgscope's load on a server it did not start: an observation's is the server's own.
+        xids=pgstats.xid_use(counters)
+        if run["target_kind"] == "server" and observed is None
+        else None,
     )
 
 

@@ -142,7 +142,7 @@ def observe(
 
     target = _target(dsn, dsn_file, data_dir, pid)
     assert target.conn is not None
-    verify_read_only(target.conn)
+    verify_read_only(target.conn, scripts=False)
     pg = find_binaries(None, need_server=False)
     err = err_console()
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, print_json
+from pgscope.cli.app import DEFAULT_RESULTS, app, echo, err_console, print_json
 from pgscope.cli.options import (
     REPOSITORY_ENV,
     REPOSITORY_HELP,
@@ -107,9 +107,9 @@ def push(
             if not as_json:
                 where = f"{pushed.server.host}:{pushed.server.port or ''}".rstrip(":")
                 if pushed.state == "already":
-                    typer.echo(f"{pushed.run_id}: already in the repository, nothing sent")
+                    echo(f"{pushed.run_id}: already in the repository, nothing sent")
                 else:
-                    typer.echo(
+                    echo(
                         f"{pushed.run_id}: pushed {pushed.rows:,} rows of {pushed.tables} "
                         f"tables in {pushed.seconds:.1f} s (server {where})"
                     )
@@ -182,7 +182,7 @@ def pull(
             {"run_id": run.run_id, "run_dir": str(run_dir), "complete": run.state == "complete"}
         )
         return
-    typer.echo(str(run_dir))
+    echo(str(run_dir))
 
 
 @repository_app.command("init")
@@ -239,11 +239,11 @@ def init(
         what = "already up to date"
     else:
         what = f"upgraded from version {done.before.version} (store {done.before.store_version})"
-    typer.echo(
+    echo(
         f"repository {what} at {where}: version {done.after.version}, store version "
         f"{done.after.store_version}"
     )
-    typer.echo(
+    echo(
         f"roles: {push_role} pushes (insert only), {read_role} reads"
         + (f" (created: {', '.join(done.roles_created)})" if done.roles_created else "")
         + f"; give them to login roles: GRANT {push_role} TO <login>;"
@@ -298,7 +298,7 @@ def prune(
         )
         return
     verb = "would remove" if dry_run else "removed"
-    typer.echo(
+    echo(
         f"{verb} {len(done.runs)} runs started before "
         f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(cutoff / 1e6))} UTC "
         f"({len(done.partitions)} partitions dropped whole"

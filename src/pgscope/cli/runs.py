@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
+from pgscope.cli.app import DEFAULT_RESULTS, app, echo, err_console, out_console, print_json
 from pgscope.cli.options import FromFile, FromRepository, parse_when, repository_params
 from pgscope.errors import EnvironmentProblem, UsageError
 
@@ -147,7 +147,7 @@ def runs(
         print_json(rows)
         return
     if not rows:
-        typer.echo(f"no runs in {where}")
+        echo(f"no runs in {where}")
         return
     header: tuple[str, ...] = ("date (UTC)", "name", "target", "workload", "clients")
     header += ("best tps", "verdict")
@@ -178,7 +178,7 @@ def runs(
         text = "  ".join([*cells, line[-1]])
         if room is not None and len(text) > room:
             text = text[: room - 1] + "…"
-        typer.echo(text)
+        echo(text)
 
 
 def _server(server: dict[str, Any]) -> str:

@@ -12,6 +12,9 @@ them, so a view's columns may differ between PostgreSQL versions without a schem
 analysis maps each version's names to one meaning (`analyze/pgstats.py`). Rates are
 differences between snapshots: WAL bytes and full-page images per second around a
 checkpoint, checkpoints requested vs timed, buffers written by backends, commits per second.
+And the server's next transaction id (`pg_current_snapshot`'s xmax, which assigns none
+itself): how many ids every session was given between two snapshots, which even a
+read-only load can take (`SELECT txid_current()` assigns one).
 Besides the periodic snapshots, one is taken just before each step's load and one just
 after, so a step's totals are exact rather than blurred by the snapshot interval.
 
@@ -49,6 +52,9 @@ SELECT 'pg_stat_replication', r.application_name, json_build_object(
     'replay_lag_ms', extract(epoch FROM r.replay_lag) * 1000,
     'sync', CASE WHEN r.sync_state IN ('sync', 'quorum') THEN 1 ELSE 0 END)::text
 FROM pg_stat_replication r
+UNION ALL
+SELECT 'pg_current_snapshot', NULL, json_build_object(
+    'xmax', pg_snapshot_xmax(pg_current_snapshot())::text::bigint)::text
 """
 # PostgreSQL 17 moved the checkpoint counters out of pg_stat_bgwriter.
 _CHECKPOINTER_SQL = """

@@ -154,6 +154,11 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
                 highlight=False,
             )
     print_variants(console, result)
+    if result.xids is not None:
+        console.print(f"\n{result.xids.describe()}", highlight=False, markup=False)
+        many = result.xids.warning()
+        if many:
+            console.print(f"[yellow]warning:[/yellow] {escape(many)}", highlight=False)
     if result.waits is not None:
         print_waits(console, result.waits, result.scalability.variants())
     print_collectors(console, result)

@@ -41,8 +41,7 @@ def open_session(
     kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     kwargs.setdefault("application_name", application_name)
     kwargs.setdefault("client_encoding", "UTF8")
-    if params.password:
-        kwargs["password"] = params.password
+    kwargs.update(params.secrets)  # the password, an SSL key's passphrase
     try:
         return psycopg.connect(autocommit=True, **kwargs)
     except psycopg.OperationalError as exc:

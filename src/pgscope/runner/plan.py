@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from pgscope.spec import Spec
+from pgscope.errors import SpecError
+from pgscope.spec import MAX_STEPS, Spec
+from pgscope.words import counted
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,14 @@ def plan_steps(spec: Spec, cores: int, seed: int) -> list[PlannedStep]:
     rng = random.Random(seed)
     variants = list(spec.variants)
     clients = spec.client_counts(cores)
+    total = len(variants) * len(clients) * spec.repeats
+    if total > MAX_STEPS:  # said before the list of them is made
+        raise SpecError(
+            f"the experiment has {total:,} steps ({counted(len(variants), 'variant')} "
+            f"x {counted(len(clients), 'client count')} x {counted(spec.repeats, 'repeat')}); "
+            f"at most {MAX_STEPS:,} can run: fewer client counts (--clients 1,2,4-8), "
+            f"repeats or variants"
+        )
     steps: list[PlannedStep] = []
     for repeat in range(1, spec.repeats + 1):
         block_variants = variants[:]

@@ -1,0 +1,314 @@
+"""The planted causes, one registry: each a spec and its files that make one cause large
+enough to name, the finding that must come first, and words its title must hold (the
+statement, table, node or holder the account reaches). tests/test_findings.py runs each live
+and asserts everything about it; `python -m tests.record` records each run's store, which the
+fast tests replay (tests/test_recorded.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COMMON = """
+duration = 3
+warmup = 1
+repeats = 1
+order = "sequential"
+[settings]
+shared_buffers = "128MB"
+[collectors]
+activity = {}
+pgstats = {}
+host = {}
+statements = {}
+pglocks = {}
+waldevice = {}
+"""
+PARTITIONS = 128
+SLOW_WAL_DEVICE = 16 * 2**20  # bytes/s
+ONE = {"one.sql": "SELECT 1;\n"}
+
+
+@dataclass(frozen=True)
+class Case:
+    spec: str  # the spec's own part (COMMON follows it)
+    files: dict[str, str]
+    expected: str  # the finding that must come first
+    flags: list[str] = field(default_factory=list)  # after the spec: they win
+    # A host condition the case needs (tests/plant.py): "cold-cache", "busy-neighbours",
+    # "slow-writes"; none where the load alone plants the cause.
+    plant: str | None = None
+    # What the first finding's title must name (case-insensitive): the statement's text, the
+    # table, the node, the mechanism's words.
+    named: tuple[str, ...] = ()
+    # A cause no issue named before the account of active time: found by following where
+    # the time goes, not by a rule written for it.
+    unnamed: bool = False
+
+
+CASES: dict[str, Case] = {
+    # Three client counts: the USL fit (its sigma is evidence for hot rows) needs them.
+    "hot-rows": Case('workload = "tpcb-like"\nscale = 1\nclients = [2, 4, 8]\n', {},
+                     "hot-row-locks"),
+    "advisory-queue": Case(
+        'scripts = ["advisory.sql"]\nscale = 0\nclients = [2, 8]\n',
+        {"advisory.sql": "BEGIN;\nSELECT pg_advisory_xact_lock(42);\nSELECT pg_sleep(0.002);\n"
+                         "END;\n"},
+        "object-lock-queue",
+    ),
+    "relation-lock-queue": Case(
+        'scripts = ["lock.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 8]\n',
+        {"lock.sql": "BEGIN;\nLOCK TABLE queue IN EXCLUSIVE MODE;\nSELECT pg_sleep(0.002);\n"
+                     "END;\n",
+         "schema.sql": "create table queue(id int);\n"},
+        "object-lock-queue",
+    ),
+    "extension-lock-queue": Case(  # wide rows into one table: sessions queue to extend it
+        'scripts = ["wide.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 8]\n',
+        {"wide.sql": "insert into wide select g, repeat('x', 1800) "
+                     "from generate_series(1, 50) g;\n",
+         "schema.sql": "create table wide(id int, pad text) with (fillfactor = 10);\n"
+                       "alter table wide alter pad set storage plain;\n"},
+        "object-lock-queue",
+        flags=["--set", "synchronous_commit=off"],  # no commit flush to wait for
+    ),
+    "commit-flush": Case(
+        'scripts = ["insert.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [1, 2]\n',
+        {"insert.sql": "insert into t(info) values (null);\n",
+         "schema.sql": "create table t(id serial primary key, info text);\n"},
+        "commit-flush",
+    ),
+    "client-think-time": Case(
+        'scripts = ["think.sql"]\nscale = 0\nclients = [2, 4]\n',
+        {"think.sql": "SELECT 1;\n\\sleep 20 ms\n"},
+        "client-bound",
+    ),
+    "datafile-read": Case(
+        'workload = "select-only"\nscale = 20\nclients = [2, 4]\n', {}, "datafile-read",
+        flags=["--set", "shared_buffers=16MB"],  # the table is ~20x that
+        plant="cold-cache",
+    ),
+    "cpu-saturation": Case('workload = "select-only"\nscale = 1\nclients = [4, 8]\n', {},
+                           "cpu-saturation"),
+    # Every client bumps one counter row: they queue for its lock, and its old versions pile
+    # up dead (autovacuum cannot keep up within seconds). The dead rows are the queue's
+    # by-product; the queue is the cause.
+    "hot-counter": Case(
+        'scripts = ["bump.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 8]\n',
+        {"bump.sql": "begin;\nupdate counters set n = n + 1 where id = 1;\n"
+                     "select pg_sleep(0.001);\ncommit;\n",
+         "schema.sql": "create table counters(id int primary key, n bigint);\n"
+                       "insert into counters values (1, 0), (2, 0);\n"},
+        "hot-row-locks",
+        named=("update counters",),
+    ),
+    "missing-index": Case(
+        'scripts = ["lookup.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
+        {"lookup.sql": "\\set k random(1, 100000)\nselect id, pad from items where val = :k;\n",
+         "schema.sql": "create table items(id int primary key, val int, pad text);\n"
+                       "insert into items select g, g, md5(g::text) "
+                       "from generate_series(1, 100000) g;\n"},
+        "seq-scan",
+        named=("seq scan on items", "(val = $1)"),
+    ),
+    "sort-spill": Case(
+        'scripts = ["sort.sql"]\nscale = 0\nclients = [4]\n',
+        {"sort.sql": "select * from (select g, md5(g::text) m from generate_series(1, 150000) g "
+                     "order by m) s offset 149999;\n"},
+        "temp-spill",
+        named=("sort",),
+    ),
+    "dead-rows": Case(  # a large delete, and no vacuum after it
+        'scripts = ["count.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
+        {"count.sql": "select count(*) from events where kind = 1;\n",
+         "schema.sql": "create table events(id int primary key, kind int, pad text) "
+                       "with (autovacuum_enabled = off);\n"
+                       "insert into events select g, g % 10, md5(g::text) "
+                       "from generate_series(1, 200000) g;\n"
+                       "delete from events where id > 10000;\n"},
+        "dead-rows",
+    ),
+    "many-indexes": Case(
+        'scripts = ["insert.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [4]\n',
+        {"insert.sql": "insert into orders(a, b, c, d, e, f, g) "
+                       "select r, r, r, r, r, r, r from (select (random() * 1e6)::int r) s;\n",
+         "schema.sql": "create table orders(id bigserial primary key, "
+                       "a int, b int, c int, d int, e int, f int, g int);\n"
+                       + "".join(f"create index on orders({c});\n" for c in "abcdefg")},
+        "index-write-amplification",
+    ),
+    "large-results": Case(
+        'scripts = ["big.sql"]\nscale = 0\nclients = [4]\n',
+        {"big.sql": "select g, repeat('x', 200) from generate_series(1, 20000) g;\n"},
+        "large-results",
+    ),
+    # Rows of ~0.5 kB in 2,000-row transactions (1.3 MB of WAL each) on a disk that takes
+    # 16 MB/s from the server (plant.slow_writes): the WAL's bytes, not its flushes, are the
+    # limit. Unthrottled, this VM's disk takes ~300 MB/s and the same load is CPU- and
+    # extension-lock-bound (test_bulk_writes_on_a_fast_disk_are_not_wal_volume).
+    "wal-volume": Case(
+        'scripts = ["bulk.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4]\n',
+        {"bulk.sql": "insert into events(payload) "
+                     "select repeat(md5(random()::text), 16) from generate_series(1, 2000);\n",
+         "schema.sql": "create table events(id bigserial primary key, "
+                       "at timestamptz default now(), payload text);\n"},
+        "wal-volume",
+        plant="slow-writes",
+    ),
+    "small-shared-buffers": Case(
+        'workload = "select-only"\nscale = 20\nclients = [4]\n', {}, "shared-buffers-small",
+        flags=["--set", "shared_buffers=16MB"],  # ~300 MB, in the OS cache
+    ),
+    "busy-neighbours": Case('workload = "select-only"\nscale = 1\nclients = [2]\n', {},
+                            "cpu-other-processes", plant="busy-neighbours"),
+    # The trivial transaction, reconnecting for each one: the connection is the work;
+    # test_connecting_once_is_no_connection_overhead is the same load connected once.
+    "connection-overhead": Case('scripts = ["one.sql"]\nscale = 0\nclients = [4]\n', ONE,
+                                "connection-overhead", flags=["--connect"]),
+    # A lookup by the partition key, prepared: its generic plan prunes at run time, but
+    # PostgreSQL 15 locks every partition of it first (129 relations, and the one index it
+    # scans); a custom plan prunes while planning (3). The custom variant is the control: the
+    # same table and query, pruned, where the rule must stay silent.
+    "partition-locks": Case(
+        'scripts = ["lookup.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4, 8]\n'
+        'variants = {generic = {plan_cache_mode = "force_generic_plan"}, '
+        'custom = {plan_cache_mode = "force_custom_plan"}}\n',
+        {"lookup.sql": f"\\set k random(1, {PARTITIONS * 1000})\n"
+                       "select pad from orders where id = :k;\n",
+         "schema.sql": "create table orders(id int, customer int, pad text) "
+                       "partition by hash (id);\n"
+                       "select format('create table orders_%s partition of orders "
+                       f"for values with (modulus {PARTITIONS}, remainder %s)', i, i) "
+                       f"from generate_series(0, {PARTITIONS - 1}) i \\gexec\n"
+                       "create index on orders(id);\n"
+                       "insert into orders select g, g % 1000, md5(g::text) "
+                       f"from generate_series(1, {PARTITIONS * 1000}) g;\n"
+                       "analyze orders;\n"},
+        "lock-manager",
+        # The CPU profile shows the lock manager's CPU beside its waits (40-45% of samples).
+        flags=["--collectors", "activity,pgstats,host,statements,pglocks,perf"],
+        named=("orders",),
+    ),
+    # Causes no rule was written for: the account names them by where their time goes.
+    "jit-compilation": Case(
+        'scripts = ["q.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
+        {"q.sql": "\\set k random(1, 1000)\n"
+                  "select count(*), sum(val) from items where id = :k;\n",
+         "schema.sql": "create table items(id int primary key, val int, pad text);\n"
+                       "insert into items select g, g, md5(g::text) "
+                       "from generate_series(1, 20000) g;\nanalyze items;\n"},
+        "jit-compilation",
+        flags=["--set", "jit_above_cost=0", "--set", "jit_inline_above_cost=0",
+               "--set", "jit_optimize_above_cost=0"],
+        named=("jit", "select count(*), sum(val) from items"),
+        unnamed=True,
+    ),
+    "foreign-key-check": Case(
+        'scripts = ["d.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
+        {"d.sql": "\\set k random(1001, 2000)\ndelete from parent where id = :k;\n"
+                  "insert into parent values (:k) on conflict do nothing;\n",
+         "schema.sql": "create table parent(id int primary key);\n"
+                       "create table child(id int primary key, "
+                       "parent_id int references parent(id), pad text);\n"
+                       "insert into parent select g from generate_series(1, 2000) g;\n"
+                       "insert into child select g, 1 + g % 1000, md5(g::text) "
+                       "from generate_series(1, 100000) g;\nanalyze;\n"},
+        "foreign-key-check-scan",
+        named=("foreign key", "child", "delete from parent"),
+        unnamed=True,
+    ),
+    "cast-defeats-index": Case(
+        'scripts = ["q.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
+        {"q.sql": "\\set k random(1, 100000)\nselect pad from items where id = :k::numeric;\n",
+         "schema.sql": "create table items(id bigint primary key, pad text);\n"
+                       "insert into items select g, md5(g::text) "
+                       "from generate_series(1, 100000) g;\nanalyze items;\n"},
+        "cast-defeats-index",
+        named=("casts", "items", "::numeric"),
+        unnamed=True,
+    ),
+    "function-on-column": Case(
+        'scripts = ["q.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
+        {"q.sql": "\\set k random(1, 100000)\n"
+                  "select id from users where lower(email) = 'user' || :k || '@example.com';\n",
+         "schema.sql": "create table users(id int primary key, email text);\n"
+                       "insert into users select g, 'user' || g || '@example.com' "
+                       "from generate_series(1, 100000) g;\n"
+                       "create index on users(email);\nanalyze users;\n"},
+        "function-defeats-index",
+        named=("lower", "users"),
+        unnamed=True,
+    ),
+    "trigger-time": Case(
+        'scripts = ["i.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
+        {"i.sql": "insert into orders(amount) values (random() * 100);\n",
+         "schema.sql": "create table orders(id bigserial primary key, amount numeric);\n"
+                       "create table audit(id bigserial, at timestamptz, n bigint);\n"
+                       "insert into orders(amount) select random() "
+                       "from generate_series(1, 50000);\n"
+                       "create function audit_order() returns trigger language plpgsql as "
+                       "$$ begin insert into audit(at, n) select now(), count(*) from orders; "
+                       "return new; end $$;\n"
+                       "create trigger audit_after after insert on orders for each row "
+                       "execute function audit_order();\nanalyze;\n"},
+        "trigger-time",
+        named=("trigger audit_after", "insert into orders"),
+        unnamed=True,
+    ),
+    "function-time": Case(
+        'scripts = ["q.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
+        {"q.sql": "\\set k random(1, 1000)\n"
+                  "select id from items where id between :k and :k + 20 and is_special(id);\n",
+         "schema.sql": "create table items(id int primary key, pad text);\n"
+                       "insert into items select g, md5(g::text) from generate_series(1, 2000) g;\n"
+                       "create function is_special(x int) returns boolean language plpgsql as "
+                       "$$ declare s int := 0; begin for i in 1..2000 loop "
+                       "s := s + (x * i) % 7; end loop; return s % 2 = 0; end $$;\nanalyze;\n"},
+        "function-time",
+        named=("is_special",),
+        unnamed=True,
+    ),
+    "idle-lock-holder": Case(
+        'scripts = ["hold.sql@1", "bump.sql@4"]\ninit_sql = "schema.sql"\nscale = 0\n'
+        "clients = [4]\n",
+        {"hold.sql": "begin;\nupdate counters set n = n + 1 where id = 1;\n\\sleep 50 ms\n"
+                     "commit;\n",
+         "bump.sql": "update counters set n = n + 1 where id = 1;\n",
+         "schema.sql": "create table counters(id int primary key, n bigint);\n"
+                       "insert into counters values (1, 0);\n"},
+        "lock-holder-idle",
+        named=("idle in transaction", "update counters"),
+        unnamed=True,
+    ),
+    "planning-time": Case(
+        'scripts = ["q.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n'
+        'protocol = "simple"\n',
+        {"q.sql": "\\set k random(1, 100)\nselect count(*) from t a join t b using (id) "
+                  "join t c using (id) join t d using (id) join t e using (id) "
+                  "join t f using (id) join t g using (id) join t h using (id) "
+                  "join t i using (id) join t j using (id) where a.id = :k;\n",
+         "schema.sql": "create table t(id int primary key, v int);\n"
+                       "insert into t select g, g from generate_series(1, 100) g;\n"
+                       "analyze t;\n"},
+        "planning-time",
+        named=("planning",),
+        unnamed=True,
+    ),
+    "sort-for-limit": Case(
+        'scripts = ["q.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
+        {"q.sql": "\\set k random(1, 100)\n"
+                  "select id, created from events where kind = :k order by created desc "
+                  "limit 10;\n",
+         "schema.sql": "create table events(id int primary key, kind int, created timestamptz,"
+                       " pad text);\ninsert into events select g, g % 100, "
+                       "now() - g * interval '1 s', md5(g::text) "
+                       "from generate_series(1, 200000) g;\n"
+                       "create index on events(kind);\nanalyze events;\n"},
+        "sort-limit-scan",
+        named=("order", "events"),
+        unnamed=True,
+    ),
+}  # fmt: skip
+
+
+def spec_text(name: str) -> str:
+    return CASES[name].spec + COMMON

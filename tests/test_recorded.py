@@ -1,0 +1,61 @@
+"""The planted cases, replayed from their recorded stores (tests/data/runs, made by
+`python -m tests.record`): loading, the facts, the diagnosis, the account of active time, the
+JSON document and the report, without a server. tests/test_findings.py runs each live."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pgscope.analyze.load import load_analysis
+from pgscope.analyze.model import RunAnalysis, from_document, to_document
+from pgscope.render.html import report_html
+from tests.planted import CASES
+
+RUNS = Path(__file__).parent / "data" / "runs"
+RECORDED = sorted(p.name for p in RUNS.iterdir() if (p / "run.duckdb.gz").is_file())
+
+
+def _replayed(case: str, folder: Path) -> RunAnalysis:
+    run_dir = folder / f"20260101-000000-{case}-0000"
+    run_dir.mkdir()
+    with (
+        gzip.open(RUNS / case / "run.duckdb.gz", "rb") as src,
+        (run_dir / "run.duckdb").open("wb") as dst,
+    ):
+        shutil.copyfileobj(src, dst)
+    return load_analysis(run_dir, bootstrap=50)
+
+
+def test_every_planted_case_is_recorded() -> None:
+    assert set(RECORDED) == set(CASES), "record the missing ones: python -m tests.record NAME"
+
+
+@pytest.mark.parametrize("case", RECORDED)
+def test_a_recorded_case_replays_its_finding_its_account_and_its_report(
+    case: str, tmp_path: Path
+) -> None:
+    analysis = _replayed(case, tmp_path)
+    assert analysis.diagnosis is not None
+    top = analysis.diagnosis.findings[0]
+    assert top.id == CASES[case].expected, [
+        (f.id, f.confidence) for f in analysis.diagnosis.findings[:4]
+    ]
+    for word in CASES[case].named:
+        assert word.lower() in top.title.lower(), (word, top.title)
+    # Every cell's account: the classes' shares sum to 1.
+    assert analysis.accounts
+    for account in analysis.accounts:
+        if account.samples:
+            assert sum(c.share for c in account.root.children) == pytest.approx(1, abs=0.01)
+    # The JSON document reads back to the same analysis, and the report renders from it,
+    # drawing the account.
+    document = json.loads(json.dumps(to_document(analysis), default=str))
+    again = from_document(document)
+    assert json.loads(json.dumps(to_document(again), default=str)) == document
+    page = report_html(again)
+    assert 'id="chart-account-0"' in page and "Where active time went" in page
