@@ -20,12 +20,19 @@ import duckdb
 import psycopg
 import pytest
 
-from pgscope import tables
+from pgscope import leftovers, tables
 from pgscope.errors import ExitCode
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SMALL_SERVER, one_line_error, pgscope, start, wait_for_line
+from tests.conftest import (
+    SESSION_TMP,
+    SMALL_SERVER,
+    one_line_error,
+    pgscope,
+    start,
+    wait_for_line,
+)
 from tests.stores import busy_observation, measured_run
 
 pytestmark = pytest.mark.server
@@ -269,6 +276,8 @@ def test_a_killed_push_leaves_nothing_and_the_next_one_completes_it(
         time.sleep(0.1)
     assert repository.counts() == before, "a killed push left rows behind"
     assert not repository.query("SELECT 1 FROM pgscope.runs WHERE run_id = %s", [run_dir.name])
+    left = [f for f in leftovers.find([SESSION_TMP]) if f.path.name.startswith("pgscope-push-")]
+    assert len(left) == 1 and left[0].owner_pid == proc.pid, "its FIFOs' folder, marked"
 
     again = pgscope("push", str(run_dir), "--to", repository.push, "--json")
     assert again.returncode == 0, again.stderr
@@ -278,6 +287,7 @@ def test_a_killed_push_leaves_nothing_and_the_next_one_completes_it(
         t: n for t, n in _store_counts(run_dir).items() if n
     }
     assert stored["activity_samples"] == 240_000
+    assert not left[0].path.exists(), "the next push removed the killed one's folder"
 
 
 def test_the_push_role_inserts_and_reads_nothing_else(
@@ -394,7 +404,7 @@ def test_a_run_pulled_back_is_its_store_row_for_row(repository: Repository, tmp_
     db = duckdb.connect(str(run_dir / "run.duckdb"))
     db.execute(
         "INSERT INTO events VALUES (1, 1, 'odd', 'a \"quoted\", comma\nnew line'), "
-        "(2, NULL, '', NULL), (3, 2, 'x', '\\N'), (4, 2, 'y', ',')"
+        "(2, NULL, '', NULL), (3, 2, 'x', '\\N'), (4, 2, 'y', ','), (5, 2, '\\.', 'cr\rlf\r\n')"
     )
     db.execute(tables.of("host_cpu").ddl())
     db.execute("INSERT INTO host_cpu VALUES (1700000000000000, 1.0, 2, 'inf'::DOUBLE, "

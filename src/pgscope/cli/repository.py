@@ -73,6 +73,7 @@ def push(
     """
     from pgscope.repository.connection import connect
     from pgscope.repository.push import push as push_run
+    from pgscope.repository.push import scratch
     from pgscope.store import RunStore
 
     params = repository_params(to, to_file, "--to", env=True, required=True)
@@ -81,12 +82,17 @@ def push(
     done: list[dict[str, Any]] = []
     try:
         for run_dir in runs:
-            store = RunStore.open(run_dir)
-            try:
-                document = _document(run_dir, store)
-                pushed = push_run(session, store, document=document, final=True, say=_say)
-            finally:
-                store.close()
+            with scratch() as fifos:
+                # Read as any reader reads a store (confined to it), but for the one folder
+                # its CSV goes through.
+                store = RunStore.open(run_dir, writable=fifos)
+                try:
+                    document = _document(run_dir, store)
+                    pushed = push_run(
+                        session, store, scratch=fifos, document=document, final=True, say=_say
+                    )
+                finally:
+                    store.close()
             entry = {
                 "run_id": pushed.run_id,
                 "run_dir": str(run_dir),

@@ -2,11 +2,11 @@
 
 A run goes when it started before the cutoff: its row, its analysis, its push log and its
 rows in every table. A time series' monthly partition that ends by the cutoff and holds only
-such runs' rows (asked of its run_key index, one probe per run in it) is dropped whole, which
-is what keeps months of history cheap to let go of; their rows elsewhere (a run across a
-month's end, a partition that also holds a run kept, the tables that are not series) are
-deleted. One transaction, as the repository's owner (the push and reader roles may do
-neither).
+such runs' rows (no run kept has series rows in its month: `runs.series_from_us` and
+`series_to_us` say when each run's are) is dropped whole, which is what keeps months of
+history cheap to let go of; their rows elsewhere (a run across a month's end, a partition
+that also holds a run kept, the tables that are not series) are deleted. One transaction,
+as the repository's owner (the push and reader roles may do neither).
 """
 
 from __future__ import annotations
@@ -41,11 +41,10 @@ def prune(session: psycopg.Connection[Any], cutoff_us: int, *, dry_run: bool) ->
                 [cutoff_us, cutoff_us],
             ).fetchall()
             keys = [int(r[1]) for r in runs]
-            going = set(keys)
             partitions = [
                 name
-                for name in _old_partitions(session, cutoff_us)
-                if _runs_in(session, name) <= going
+                for name, lo, hi in _old_partitions(session, cutoff_us)
+                if not _kept_runs_in(session, keys, lo, hi)
             ]
             rows = 0
             if not dry_run:
@@ -79,21 +78,18 @@ def prune(session: psycopg.Connection[Any], cutoff_us: int, *, dry_run: bool) ->
 BOUND = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
 
 
-def _runs_in(session: psycopg.Connection[Any], partition: str) -> set[int]:
-    """The runs with rows in a partition: its run_key index walked from key to key (a loose
-    index scan), not the rows read."""
-    name = sql.Identifier("pgscope", partition)
-    walk = sql.SQL(
-        "WITH RECURSIVE k AS ("
-        "(SELECT run_key FROM {t} ORDER BY run_key LIMIT 1) UNION ALL "
-        "SELECT (SELECT run_key FROM {t} WHERE run_key > k.run_key ORDER BY run_key LIMIT 1) "
-        "FROM k WHERE k.run_key IS NOT NULL) SELECT run_key FROM k WHERE run_key IS NOT NULL"
-    ).format(t=name)
-    return {int(row[0]) for row in session.execute(walk).fetchall()}
+def _kept_runs_in(session: psycopg.Connection[Any], going: list[int], lo: int, hi: int) -> bool:
+    """Whether a run that stays has series rows in [lo, hi)."""
+    row = session.execute(
+        "SELECT EXISTS (SELECT 1 FROM pgscope.runs WHERE NOT (run_key = ANY(%s)) "
+        "AND series_from_us < %s AND series_to_us >= %s)",
+        [going, hi, lo],
+    ).fetchone()
+    return bool(row and row[0])
 
 
-def _old_partitions(session: psycopg.Connection[Any], cutoff_us: int) -> list[str]:
-    """The series' monthly partitions whose range ends at or before the cutoff."""
+def _old_partitions(session: psycopg.Connection[Any], cutoff_us: int) -> list[tuple[str, int, int]]:
+    """The series' monthly partitions whose range ends at or before the cutoff, with it."""
     found = []
     for name, bound in session.execute(
         "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
@@ -104,5 +100,5 @@ def _old_partitions(session: psycopg.Connection[Any], cutoff_us: int) -> list[st
     ).fetchall():
         matched = BOUND.search(str(bound))
         if matched and int(matched[2]) <= cutoff_us:
-            found.append(str(name))
+            found.append((str(name), int(matched[1]), int(matched[2])))
     return found

@@ -17,16 +17,23 @@ earlier one sent. The one other change a store makes in place, the memory sample
 waits it wrote by number (collect/activitymem.py), travels as an event (`wait-names`) that
 the push applies to the rows already in the repository.
 
-Rows travel as CSV made by DuckDB, a chunk of rows at a time, into `COPY ... FROM STDIN`:
-nothing is written to a file, and the store is read as any reader does (confined to itself).
+Rows travel as CSV that DuckDB's own writer makes, through a FIFO in a private folder (the one
+folder a confined store may write in), into `COPY ... FROM STDIN`: nothing lands on a disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import secrets
+import select
+import shutil
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,13 +45,14 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.copy import QueuedLibpqWriter
 from psycopg.types.json import Json, Jsonb
 
-from pgscope import __version__, tables
+from pgscope import __version__, leftovers, tables
 from pgscope.errors import InputFileError, TargetError
 from pgscope.labels import listed_run
 from pgscope.repository import schema
 from pgscope.store import RunStore
 
-CHUNK_ROWS = 200_000  # rows per CSV chunk: ~20 MB of text at most
+FIFO_READ = 1 << 20  # bytes read from DuckDB's CSV at a time
+SCRATCH_PREFIX = f"{leftovers.PREFIX}push-"
 SAY_ROWS = 100_000  # a table at least this long is named as it is copied
 WAIT_NAMES = "wait-names"  # the event the memory sampler writes when it names waits late
 
@@ -103,10 +111,11 @@ def server_of(run: dict[str, Any]) -> Server:
 
 class StoreReader:
     """The store's base tables, read in one snapshot: their highest rowid, and their rows
-    after a rowid as CSV lines for COPY (each line led by the run's two repository keys)."""
+    after a rowid as CSV for COPY (each line led by the run's two repository keys)."""
 
-    def __init__(self, db: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, db: duckdb.DuckDBPyConnection, scratch: Path) -> None:
         self.db = db
+        self.scratch = scratch  # a private folder DuckDB may write in (its FIFOs)
         self.catalog = tables.catalog_of(db)
         self.columns = tables.stored_columns(db)
 
@@ -127,38 +136,78 @@ class StoreReader:
         ).fetchone()
         return 0 if row is None else int(row[0])
 
-    def months(self, t: tables.Table) -> list[int]:
-        """A time (epoch µs) in each month the series' rows fall in."""
-        assert t.series is not None
-        row = self.db.execute(
-            f'SELECT min("{t.series}"), max("{t.series}") FROM {self.source(t)}'
-        ).fetchone()
-        if row is None or row[0] is None:
-            return []
-        return month_starts(int(row[0]), int(row[1]))
+    def span(self, tables_: list[tables.Table]) -> tuple[int, int] | None:
+        """The first and last time (epoch µs) of the series' rows, None without any."""
+        lows, highs = [], []
+        for t in tables_:
+            assert t.series is not None
+            row = self.db.execute(
+                f'SELECT min("{t.series}"), max("{t.series}") FROM {self.source(t)}'
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                lows.append(int(row[0]))
+                highs.append(int(row[1]))
+        return (min(lows), max(highs)) if lows else None
 
-    def csv_chunks(self, t: tables.Table, keys: str, after: int, upto: int) -> Iterator[bytes]:
-        """The rows after rowid `after` up to `upto`, as CSV lines `keys,col,...`: a string
-        quoted (an empty one is "", NULL nothing), numbers and booleans as DuckDB writes
-        them (doubles exact, `inf`, `nan`), a column the store predates empty (NULL)."""
+    def csv_stream(
+        self, t: tables.Table, keys: tuple[int, int], after: int, upto: int
+    ) -> Generator[bytes, None, None]:
+        """The rows after rowid `after` up to `upto`, as CSV lines `server_id,run_key,col,...`
+        that DuckDB's own CSV writer makes (a string quoted where it must be, an empty one
+        "", NULL nothing; doubles exact, `inf`, `nan`; a column the store predates NULL),
+        through a FIFO in the scratch folder: nothing lands on a disk. Close the iterator to
+        stop early: DuckDB's write then fails, and its thread ends."""
         have = self.columns[t.name]
-        parts = [f"'{keys}'"]
-        for c in t.columns:
-            if c.name not in have:
-                value = "''"
-            elif c.type == "VARCHAR":
-                value = f"""coalesce('"' || replace("{c.name}", '"', '""') || '"', '')"""
-            else:
-                value = f"""coalesce(CAST("{c.name}" AS VARCHAR), '')"""
-            parts.append(value)
-        line = " || ',' || ".join(parts) + " || chr(10)"
-        query = (
-            f"SELECT string_agg({line}, '') FROM {self.source(t)} WHERE rowid > ? AND rowid <= ?"
+        selected = ", ".join(
+            [f"{keys[0]}::BIGINT", f"{keys[1]}::BIGINT"]
+            + [
+                f'"{c.name}"' if c.name in have else f'CAST(NULL AS {c.type}) AS "{c.name}"'
+                for c in t.columns
+            ]
         )
-        for start in range(after, upto, CHUNK_ROWS):
-            row = self.db.execute(query, [start, min(start + CHUNK_ROWS, upto)]).fetchone()
-            if row is not None and row[0]:
-                yield str(row[0]).encode()
+        fifo = self.scratch / f"{t.name}-{secrets.token_hex(6)}.csv"
+        os.mkfifo(fifo, 0o600)
+        target = "'" + str(fifo).replace("'", "''") + "'"
+        failed: list[BaseException] = []
+
+        def write() -> None:
+            # The same connection, in this push's snapshot: the reading thread does not use
+            # it meanwhile.
+            try:
+                self.db.execute(
+                    f"COPY (SELECT {selected} FROM {self.source(t)} WHERE rowid > {after} "
+                    f"AND rowid <= {upto}) TO {target} (FORMAT csv, HEADER false)"
+                )
+            except BaseException as exc:  # raised in the reading thread
+                failed.append(exc)
+
+        # Opened before the writer starts, without waiting for it: a writer that fails before
+        # it opens the FIFO leaves no reader waiting forever.
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        writer = threading.Thread(target=write, name="pgscope-push-csv", daemon=True)
+        writer.start()
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while True:
+                ready = poller.poll(100)
+                try:
+                    data = os.read(fd, FIFO_READ)
+                except BlockingIOError:
+                    if ready or writer.is_alive():
+                        continue
+                    break  # the writer ended without opening the FIFO
+                if data:
+                    yield data
+                elif ready or not writer.is_alive():
+                    break  # end of file: the writer closed it (Linux reports no hang-up
+                    # on a FIFO that no writer has opened yet)
+        finally:
+            os.close(fd)  # a writer still writing gets EPIPE and stops
+            writer.join()
+            fifo.unlink()
+        if failed:
+            raise failed[0]
 
     def wait_names(self, after: int, upto: int) -> list[tuple[str, str, str]]:
         """Waits the memory sampler named after writing them by number, from its events."""
@@ -195,21 +244,41 @@ def _epoch(year: int, month: int) -> int:
     return calendar.timegm((year, month, 1, 0, 0, 0, 0, 0, 0))
 
 
+@contextlib.contextmanager
+def scratch() -> Iterator[Path]:
+    """A private folder for the CSV FIFOs of a push (give it to `RunStore.open(writable=)`:
+    the one folder a confined store may write in), marked as this process's: a push killed
+    before it removed its folder leaves it for the next push (or run, or `doctor --clean`)
+    to remove."""
+    parent = Path(tempfile.gettempdir())
+    for leftover in leftovers.find([parent]):
+        if leftover.path.name.startswith(SCRATCH_PREFIX) and not leftover.servers:
+            leftovers.remove(leftover)
+    folder = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
+    try:
+        leftovers.claim(folder)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def push(
     repo: psycopg.Connection[Any],
     store: RunStore,
     *,
+    scratch: Path,
     document: dict[str, Any] | None,
     final: bool,
     say: Callable[[str], None] = lambda _: None,
 ) -> Pushed:
     """Bring the repository up to `store` as it is now, in one transaction on `repo` (an
-    autocommit session, schema checked for writing). `final`: the run is over and `document`
-    is its analysis; the run is then complete in the repository. Not final: an instalment of
-    a run still being written (no document needed)."""
+    autocommit session, schema checked for writing). `scratch`: a private folder DuckDB may
+    write in (`scratch()`). `final`: the run is over and `document` is its analysis; the run
+    is then complete in the repository. Not final: an instalment of a run still being
+    written (no document needed)."""
     begun = time.monotonic()
     db = store.db
-    reader = StoreReader(db)
+    reader = StoreReader(db, scratch)
     if "run" not in reader.columns:
         raise InputFileError(f"{store.run_dir}: the run store has no run table")
     db.execute("BEGIN TRANSACTION")  # one snapshot of the store for the whole push
@@ -221,8 +290,12 @@ def push(
         server = server_of(run[0])
         present = [t for t in schema.store_tables() if reader.holds(t)]
         last = {t.name: reader.last_rowid(t) for t in present}
-        _partitions(repo, reader, present)
+        series = [t for t in present if t.series is not None]
+        span = reader.span(series)
+        _partitions(repo, series, span)
         listing = _listing(store, run_id, document, final)
+        # Which months the run's series rows fall in: what prune asks before dropping one.
+        listing["series_from_us"], listing["series_to_us"] = span or (None, None)
         try:
             with repo.transaction():
                 row = repo.execute(
@@ -233,7 +306,7 @@ def push(
                 run_key, state, marks = int(row[0]), str(row[1]), dict(row[2] or {})
                 if state == "complete":
                     return Pushed(run_id, "already", 0, 0, 0.0, None, server)
-                keys = f"{server.server_id},{run_key}"
+                keys = (server.server_id, run_key)
                 sent = copied = 0
                 for t in present:
                     after = -1 if t.updated else int(marks.get(t.name, -1))
@@ -291,14 +364,15 @@ def push(
 
 
 def _partitions(
-    repo: psycopg.Connection[Any], reader: StoreReader, present: list[tables.Table]
+    repo: psycopg.Connection[Any], series: list[tables.Table], span: tuple[int, int] | None
 ) -> None:
-    """Every month the run's series fall in has its partition, each made in a transaction
-    of its own before the push's: a push holding its tables never waits for another's."""
-    for t in present:
-        if t.series is None:
-            continue
-        for start in reader.months(t):
+    """Every month the run's series fall in has its partition in each series, each made in
+    a transaction of its own before the push's: a push holding its tables never waits for
+    another's."""
+    if span is None:
+        return
+    for t in series:
+        for start in month_starts(*span):
             try:
                 repo.execute("SELECT pgscope.add_partition(%s, %s)", [t.name, start])
             except psycopg.Error as exc:
@@ -312,7 +386,7 @@ def _copy(
     repo: psycopg.Connection[Any],
     reader: StoreReader,
     t: tables.Table,
-    keys: str,
+    keys: tuple[int, int],
     after: int,
     upto: int,
     say: Callable[[str], None],
@@ -327,12 +401,13 @@ def _copy(
         sql.Identifier(schema.SCHEMA, t.name),
         sql.SQL(", ").join(sql.Identifier(n) for n in (*schema.KEY_COLUMNS, *t.column_names)),
     )
-    # The chunks go out from a thread of psycopg's while DuckDB makes the next.
+    # DuckDB writes the CSV from a thread of its own, psycopg sends it from another.
     with (
         repo.cursor() as cursor,
         cursor.copy(statement, writer=QueuedLibpqWriter(cursor)) as copy,
+        contextlib.closing(reader.csv_stream(t, keys, after, upto)) as stream,
     ):
-        for chunk in reader.csv_chunks(t, keys, after, upto):
+        for chunk in stream:
             copy.write(chunk)
     return rows
 

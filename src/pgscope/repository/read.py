@@ -43,7 +43,7 @@ class StoredRun:
     run_key: int
     state: str  # "open" (an observation still arriving) or "complete"
     watermarks: dict[str, int]
-    started_us: int | None
+    series: tuple[int, int] | None  # the first and last time of its series' rows
 
 
 LIST = """
@@ -124,8 +124,8 @@ def find_run(session: psycopg.Connection[Any], name: str) -> StoredRun:
     """A run by its id (a folder's name: `results/<run-id>` gives the id too)."""
     run_id = Path(name).name if "/" in name else name
     rows = session.execute(
-        "SELECT run_id, server_id, run_key, state, watermarks, started_us FROM pgscope.runs "
-        "WHERE run_id = %s AND pushed_at IS NOT NULL",
+        "SELECT run_id, server_id, run_key, state, watermarks, series_from_us, series_to_us "
+        "FROM pgscope.runs WHERE run_id = %s AND pushed_at IS NOT NULL",
         [run_id],
     ).fetchall()
     if not rows:
@@ -138,7 +138,8 @@ def find_run(session: psycopg.Connection[Any], name: str) -> StoredRun:
             f"report them from their folders"
         )
     r = rows[0]
-    return StoredRun(str(r[0]), int(r[1]), int(r[2]), str(r[3]), dict(r[4] or {}), r[5])
+    span = None if r[5] is None else (int(r[5]), int(r[6]))
+    return StoredRun(str(r[0]), int(r[1]), int(r[2]), str(r[3]), dict(r[4] or {}), span)
 
 
 def document(session: psycopg.Connection[Any], run: StoredRun) -> dict[str, Any] | None:
@@ -193,15 +194,20 @@ def _copy_back(
     session: psycopg.Connection[Any], db: Any, run: StoredRun, t: tables.Table, path: Path
 ) -> None:
     columns = sql.SQL(", ").join(sql.Identifier(n) for n in t.column_names)
-    # By the run's key, in every partition of a series (a run's rows can come before its
-    # start: a planted store's do), each one's run_key index.
+    # By the run's key (a series' BRIN index), in the months of its series' rows only.
+    within: sql.Composable = sql.SQL("")
+    if t.series and run.series is not None:
+        within = sql.SQL(" AND ({c} BETWEEN {lo} AND {hi} OR {c} IS NULL)").format(
+            c=sql.Identifier(t.series), lo=sql.Literal(run.series[0]), hi=sql.Literal(run.series[1])
+        )
     query = sql.SQL(
-        "COPY (SELECT {} FROM {} WHERE server_id = {} AND run_key = {}) TO STDOUT (FORMAT csv)"
+        "COPY (SELECT {} FROM {} WHERE server_id = {} AND run_key = {}{}) TO STDOUT (FORMAT csv)"
     ).format(
         columns,
         sql.Identifier(schema.SCHEMA, t.name),
         sql.Literal(run.server_id),
         sql.Literal(run.run_key),
+        within,
     )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as out, session.cursor() as cursor, cursor.copy(query) as copy:
