@@ -31,7 +31,8 @@ import tomli_w
 import pgscope as pgscope_package
 from pgscope.errors import ExitCode
 from pgscope.target.embedded import EmbeddedCluster
-from tests.conftest import one_line_error, pgscope, run_doc
+from tests.cli import one_line_error, pgscope
+from tests.runs import run_doc
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the attacks are on what pgscope does as root"

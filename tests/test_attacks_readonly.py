@@ -26,7 +26,9 @@ import pytest
 
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SESSION_TMP, SMALL_SERVER, one_line_error, pgscope, start
+from tests.cli import one_line_error, pgscope, start
+from tests.servers import SMALL_SERVER
+from tests.suite import SESSION_TMP
 from tests.test_readonly import RED_TEAM
 
 SHORT = ["--scale", "0", "--clients", "1", "--duration", "1", "--warmup", "0", "--repeats", "1"]

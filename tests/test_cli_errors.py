@@ -10,7 +10,7 @@ import pytest
 
 from pgscope.errors import ExitCode
 from pgscope.target.pgbin import find_binaries
-from tests.conftest import one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
 
 
 def test_help_and_version() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
 
 SHORT = ["--duration", "1", "--warmup", "0", "--repeats", "1"]
 

@@ -92,11 +92,24 @@ def _read(run_dir: Path, bootstrap: int) -> tuple[RunAnalysis, dict[str, Any]]:
 def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
     db = store.db
     run = store.run_row()
-    if run["status"] == "running":
+    rows = store.steps()
+    killed = run["status"] == "running"
+    for row in rows:
+        if row["variant"] == observation.VARIANT and row["status"] == "running":
+            # Never closed: the observation ended before its figures were filled in.
+            row["status"] = observation.CUT
+            row["error"] = row["error"] or "not closed: the observation ended first"
+    if killed:
         # The writer is gone (it holds a lock while alive): killed without cleanup.
         run["status"] = "interrupted"
-        run["status_reason"] = run["status_reason"] or "the run ended without finishing"
-    rows = store.steps()
+        closed = [r for r in rows if r["variant"] == observation.VARIANT]
+        closed = [r for r in closed if r["status"] != observation.CUT]
+        run["status_reason"] = run["status_reason"] or (
+            f"the observation ended without finishing (killed?); the {len(closed)} windows "
+            f"closed before are kept"
+            if run["recipe"] == "observe"
+            else "the run ended without finishing"
+        )
     spec: dict[str, Any] = json.loads(run["spec_json"] or "{}")
     declared = list(spec.get("variants") or {})
     scaling = _scaling(rows, bootstrap, declared)
@@ -389,7 +402,7 @@ def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
         "avg(h.client_share) AS client, avg(h.own_share) AS own, "
         "avg(h.other_share) AS other, max(h.cpus) AS cpus "
         "FROM host_cpu h "
-        "JOIN steps s ON h.ts_us BETWEEN s.window_start_us AND s.window_end_us "
+        "JOIN steps s ON h.ts_us >= s.window_start_us AND h.ts_us < s.window_end_us "
         "GROUP BY ALL ORDER BY ALL"
     ):
         if row["busy"] is None:

@@ -18,10 +18,12 @@ def rates(
     db: duckdb.DuckDBPyConnection, source: str, counter: str, obj: str | None = None
 ) -> list[tuple[int, float]]:
     """(ts_us, per-second rate) between consecutive snapshots of one counter. For
-    pg_stat_database without `obj`, the sum over databases."""
+    pg_stat_database without `obj`, the sum over databases. A snapshot at an edge two windows
+    of an observation share is stored once for each (same time, same values): counted once."""
     rows = db.execute(
-        "WITH c AS (SELECT ts_us, sum(value) AS v FROM pgstats_counters "
-        "WHERE source = ? AND counter = ? AND (? IS NULL OR object = ?) GROUP BY ts_us), "
+        "WITH c AS (SELECT ts_us, sum(value) AS v FROM (SELECT DISTINCT ts_us, object, value "
+        "FROM pgstats_counters WHERE source = ? AND counter = ? AND (? IS NULL OR object = ?)) "
+        "GROUP BY ts_us), "
         "d AS (SELECT ts_us, v - lag(v) OVER w AS dv, "
         "(ts_us - lag(ts_us) OVER w) / 1e6 AS dt FROM c WINDOW w AS (ORDER BY ts_us)) "
         "SELECT ts_us, dv / dt FROM d WHERE dt > 0 AND dv >= 0 ORDER BY ts_us",
