@@ -25,15 +25,10 @@ from pgscope.errors import ExitCode
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import (
-    SESSION_TMP,
-    SMALL_SERVER,
-    one_line_error,
-    pgscope,
-    start,
-    wait_for_line,
-)
+from tests.cli import one_line_error, pgscope, start, wait_for_line
+from tests.servers import SMALL_SERVER
 from tests.stores import busy_observation, measured_run
+from tests.suite import SESSION_TMP
 
 pytestmark = pytest.mark.server
 

@@ -14,7 +14,7 @@ from pgscope import tables
 from pgscope.errors import ExitCode, UsageError
 from pgscope.repository import schema
 from pgscope.repository.push import StoreReader, month_starts, server_id, server_of
-from tests.conftest import one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
 
 UNREACHABLE = "host=127.0.0.1 port=1 dbname=fleet user=me connect_timeout=2"
 
@@ -49,6 +49,18 @@ def test_every_declared_table_and_column_is_in_the_repository_as_declared() -> N
             assert index.endswith(f'ON "pgscope"."{t.name}" (run_key)')
 
 
+def test_the_repository_page_lists_every_table_as_the_repository_holds_it() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "repository.md").read_text()
+    section = re.search(
+        r"<!-- repository tables: begin -->\n(.*)<!-- repository tables: end -->", text, re.S
+    )
+    assert section, "docs/repository.md lost its generated table list"
+    assert section[1] == schema.markdown(), (
+        "docs/repository.md's table list differs from the declarations: replace it with "
+        "pgscope.repository.schema.markdown()"
+    )
+
+
 def test_the_functions_know_the_series_and_the_tables_sent_whole() -> None:
     sql = schema.functions_ddl()
     series = re.search(r"p_table = ANY \((ARRAY\[[^]]*\])", sql.split("add_partition", 1)[1])
@@ -59,7 +71,9 @@ def test_the_functions_know_the_series_and_the_tables_sent_whole() -> None:
     assert {"activity_samples", "timeline", "pgstats_counters"} <= {
         t.name for t in schema.series_tables()
     }
-    assert {t.name for t in schema.updated_tables()} == {"run", "steps", "collectors", "windows"}
+    assert {t.name for t in schema.updated_tables()} == {
+        *("run", "steps", "collectors", "windows", "timeline")
+    }
     for function in schema.PUSH_FUNCTIONS:
         name = function.split("(")[0]
         definition = sql.split(f"FUNCTION pgscope.{name}(", 1)[1].split("$f$")[0]

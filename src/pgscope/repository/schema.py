@@ -10,16 +10,15 @@ when they age out (prune.py). The repository's own tables say what it holds: `se
 (each run's analysis, as summary.json has it), `push_log` (each push, for the record) and
 `schema_version`.
 
-The push role only inserts: it copies rows into the store's tables and calls four functions
+The push role only inserts: it copies rows into the store's tables and calls five functions
 that run as the schema's owner, each refusing to touch a run whose push is complete
-(`open_run`, `add_partition`, `clear_rows`, `close_push`, and `rename_waits`). The reader role
+(`open_run`, `add_partition`, `clear_rows`, `rename_waits`, `close_push`). The reader role
 only reads. `init` makes all of this and upgrades an older schema in place (a column a later
 store version declares is added); a repository newer than this pgscope is refused.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -470,7 +469,12 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def drop(session: psycopg.Connection[Any]) -> None:
-    """Remove the repository's schema and everything in it (tests; never the roles)."""
-    with contextlib.suppress(psycopg.errors.InvalidSchemaName):
-        session.execute("DROP SCHEMA IF EXISTS pgscope CASCADE")
+def markdown() -> str:
+    """The store's tables as the repository holds them, for docs/repository.md (between its
+    markers): each one's time column (partitioned by month on it) and how a push sends it."""
+    lines = ["| table | partitioned by month on | an instalment sends |", "|---|---|---|"]
+    for t in store_tables():
+        series = f"`{t.series}`" if t.series else "-"
+        sent = "the whole table again" if t.updated else "the rows after the last one's"
+        lines.append(f"| `{t.name}` | {series} | {sent} |")
+    return "\n".join(lines) + "\n"

@@ -90,6 +90,9 @@ TABLES = (
         "failed BIGINT",
         "instance INTEGER @3",
         series="ts_us",
+        # An observation's commits per second are written as each window closes, and
+        # written again should it be closed again (windows.py).
+        updated=True,
     ),
     table(
         "step_instances",
