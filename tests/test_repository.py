@@ -7,6 +7,7 @@ log_connections=on): a push, a listing or a report from the repository never rea
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -513,3 +514,93 @@ def test_a_repository_of_another_version_is_refused_or_upgraded(
     assert pushed.returncode == 0, pushed.stderr
     with psycopg.connect(other, autocommit=True) as conn:
         assert conn.execute("SELECT count(system_identifier) FROM pgscope.run").fetchone() == (1,)
+
+
+def _steps(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in rows)
+
+
+STEP_COLUMNS = "step_id, status, clients, started_us, ended_us, window_start_us, window_end_us, tps"
+
+
+def test_observe_pushes_each_window_as_it_closes_and_loses_none_while_the_repository_is_away(
+    repository: Repository, cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """`observe --push`: windows reach the repository while it observes; the repository
+    stopped for 20 s in the middle, the observation goes on, and once it is back every window
+    arrives, in order (an instalment takes those that waited, together), then the last with
+    the analysis: the repository holds the run as its folder does."""
+    results = tmp_path / "r"
+    proc = start(
+        ["observe", "--dsn", dsn(cluster), "--duration", "40", "--window", "2",
+         "--push", repository.push, "--results-dir", str(results), "--json"]
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (results.is_dir() and any(results.iterdir())) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        [run_dir] = list(results.iterdir())
+
+        def closed_centrally() -> list[int]:
+            return [
+                int(r[0])
+                for r in repository.query(
+                    "SELECT s.step_id FROM pgscope.steps s JOIN pgscope.runs r "
+                    "USING (server_id, run_key) WHERE r.run_id = %s AND s.status <> 'running' "
+                    "ORDER BY 1",
+                    [run_dir.name],
+                )
+            ]
+
+        while len(closed_centrally()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        before = closed_centrally()
+        assert len(before) >= 2 and proc.poll() is None, "windows arrive while it observes"
+        assert repository.query(
+            "SELECT state, status FROM pgscope.runs WHERE run_id = %s", [run_dir.name]
+        ) == [("open", "running")]
+        repository.cluster.stop()
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=20)  # 20 s without a repository; the observation goes on
+    finally:
+        repository.cluster.resume()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert "the repository is out of reach" in err and "the repository is back: windows" in err
+    assert "pushed to the repository" in err
+
+    local = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        windows = _steps(local.execute(f"SELECT {STEP_COLUMNS} FROM steps").fetchall())
+    finally:
+        local.close()
+    central = _steps(
+        repository.query(
+            f"SELECT {', '.join('s.' + c.strip() for c in STEP_COLUMNS.split(','))} "
+            "FROM pgscope.steps s JOIN pgscope.runs r USING (server_id, run_key) "
+            "WHERE r.run_id = %s",
+            [run_dir.name],
+        )
+    )
+    assert central == windows and len(windows) >= 15, "every window, with its figures"
+    assert [w[0] for w in windows] == list(range(1, len(windows) + 1))
+    log = repository.query(
+        "SELECT p.through_step, p.final FROM pgscope.push_log p JOIN pgscope.runs r "
+        "USING (server_id, run_key) WHERE r.run_id = %s ORDER BY p.pushed_at",
+        [run_dir.name],
+    )
+    through = [t for t, _ in log]
+    assert through == sorted(through), "in order"
+    assert [f for _, f in log] == [False] * (len(log) - 1) + [True]
+    assert through[-1] == len(windows)
+    jumps = [b - a for a, b in itertools.pairwise(through)]
+    assert max(jumps) >= 5, f"the windows that waited arrived together: {through}"
+    assert repository.query(
+        "SELECT r.state, d.document->>'run_id' FROM pgscope.runs r JOIN pgscope.documents d "
+        "USING (server_id, run_key) WHERE r.run_id = %s",
+        [run_dir.name],
+    ) == [("complete", run_dir.name)]
+    stored = _run_counts(repository, run_dir.name)
+    assert {t: n for t, n in stored.items() if n} == {
+        t: n for t, n in _store_counts(run_dir).items() if n
+    }

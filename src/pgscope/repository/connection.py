@@ -18,7 +18,13 @@ from pgscope.errors import TargetError
 from pgscope.repository import schema
 from pgscope.target.conn import CONNECT_TIMEOUT_S, ConnParams
 
-ENV = "PGSCOPE_REPOSITORY"
+KEEPALIVE = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
 
 
 def connect(
@@ -41,6 +47,10 @@ def open_session(
     kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     kwargs.setdefault("application_name", application_name)
     kwargs.setdefault("client_encoding", "UTF8")
+    # A repository across a network that goes away mid-push is noticed in about 30 s, not
+    # after the system's TCP timeout (hours): an observation's pusher then retries.
+    for key, value in KEEPALIVE.items():
+        kwargs.setdefault(key, value)
     kwargs.update(params.secrets)  # the password, an SSL key's passphrase
     try:
         return psycopg.connect(autocommit=True, **kwargs)

@@ -413,11 +413,12 @@ def _copy(
 
 
 def _through_step(reader: StoreReader) -> int | None:
-    """The last step (an observation's window) that has ended."""
+    """The last step that is over: a run's step measured, an observation's window closed
+    (its figures in)."""
     if "steps" not in reader.columns:
         return None
     row = reader.db.execute(
-        f'SELECT max(step_id) FROM {reader.catalog}.main."steps" WHERE ended_us IS NOT NULL'
+        f"SELECT max(step_id) FROM {reader.catalog}.main.\"steps\" WHERE status <> 'running'"
     ).fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
