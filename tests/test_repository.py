@@ -28,7 +28,7 @@ from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.cli import one_line_error, pgscope, start, wait_for_line
 from tests.servers import SMALL_SERVER
-from tests.stores import busy_observation, measured_run
+from tests.stores import busy_observation, measured_run, observation_begun
 from tests.suite import SESSION_TMP
 
 pytestmark = pytest.mark.server
@@ -600,6 +600,112 @@ def test_observe_pushes_each_window_as_it_closes_and_loses_none_while_the_reposi
         "USING (server_id, run_key) WHERE r.run_id = %s",
         [run_dir.name],
     ) == [("complete", run_dir.name)]
+    stored = _run_counts(repository, run_dir.name)
+    assert {t: n for t, n in stored.items() if n} == {
+        t: n for t, n in _store_counts(run_dir).items() if n
+    }
+
+
+def test_instalments_send_only_what_is_new_and_rename_waits_learnt_late(
+    repository: Repository, tmp_path: Path
+) -> None:
+    """An observation's instalments, by hand: the first sends what the store has; the next
+    only the rows after it (none twice) and the tables whose rows change whole; a wait the
+    memory sampler wrote by number and named later (its `wait-names` event) is renamed in
+    the rows sent before; the last, with the analysis, completes the run, and then nothing
+    more is taken."""
+    from pgscope.repository.connection import connect
+    from pgscope.repository.push import push, scratch
+    from pgscope.target.conn import ConnParams
+    from pgscope.windows import VARIANT
+
+    t0 = int(time.time() * 1e6) - 600 * 10**6
+    run_dir = tmp_path / "20260103-000000-observe-inst"
+    store = observation_begun(run_dir, t0, "inst")
+
+    def samples(first: int, count: int, event: str) -> None:
+        numbers = range(first, first + count)
+        store.append(
+            "activity_samples",
+            {
+                "ts_us": [t0 + n * 20_000 for n in numbers],
+                "sample_no": list(numbers),
+                "pid": [100] * count,
+                "backend_type": ["client backend"] * count,
+                "state": ["active"] * count,
+                "wait_event_type": ["LWLock"] * count,
+                "wait_event": [event] * count,
+            },
+        )
+
+    def central(sql: str) -> list[tuple[Any, ...]]:
+        """`sql`'s rows of this run (its WHERE `run`)."""
+        run = "run_key = (SELECT run_key FROM pgscope.runs WHERE run_id = %s)"
+        return repository.query(sql.replace("WHERE run", f"WHERE {run}"), [run_dir.name])
+
+    session, _ = connect(ConnParams.from_dsn(repository.push), writing=True)
+    reader = store.writer()
+    try:
+        samples(0, 100, "#77")
+        store.begin_step(1, VARIANT, 0, 1, 0, 10.0, 0.0, False, t0)
+        with scratch() as fifos:
+            first = push(session, reader, scratch=fifos, document=None, final=False)
+        assert first.state == "sent" and first.through_step is None
+        assert central("SELECT count(*) FROM pgscope.activity_samples WHERE run") == [(100,)]
+        assert central("SELECT status FROM pgscope.steps WHERE run") == [("running",)]
+
+        samples(100, 50, "WALWrite")
+        store.finish_step(1, "ok", None, {"tps": 5.0}, t0 + 10**7)
+        store.begin_step(2, VARIANT, 0, 1, 0, 10.0, 0.0, False, t0 + 10**7)
+        # As the memory sampler names, at its end, the waits it wrote by number.
+        store.db.execute("UPDATE activity_samples SET wait_event = 'WALWrite' WHERE pid = 100")
+        store.add_event("wait-names", json.dumps([["LWLock", "#77", "WALWrite"]]))
+        with scratch() as fifos:
+            second = push(session, reader, scratch=fifos, document=None, final=False)
+        assert second.through_step == 1
+        assert central(
+            "SELECT wait_event, count(*) FROM pgscope.activity_samples WHERE run GROUP BY 1"
+        ) == [("WALWrite", 150)], "no sample twice, and the early ones renamed"
+        assert sorted(central("SELECT step_id, status FROM pgscope.steps WHERE run")) == [
+            (1, "ok"),
+            (2, "running"),
+        ]
+        assert repository.query(
+            "SELECT state, status FROM pgscope.runs WHERE run_id = %s", [run_dir.name]
+        ) == [("open", "running")]
+
+        store.finish_step(2, "ok", None, {"tps": 6.0}, t0 + 2 * 10**7)
+        store.finish_run("complete")
+        document = {"run_id": run_dir.name, "run_dir": str(run_dir), "verdict": "Fine.",
+                    "findings": [{"id": "wal-write"}]}  # fmt: skip
+        with scratch() as fifos:
+            last = push(session, reader, scratch=fifos, document=document, final=True)
+            again = push(session, reader, scratch=fifos, document=document, final=True)
+        assert (last.state, last.through_step, again.state) == ("pushed", 2, "already")
+        assert repository.query(
+            "SELECT state, status, verdict, finding_ids FROM pgscope.runs WHERE run_id = %s",
+            [run_dir.name],
+        ) == [("complete", "complete", "Fine.", ["wal-write"])]
+        assert central("SELECT count(*) FROM pgscope.activity_samples WHERE run") == [(150,)]
+    finally:
+        reader.close()
+        store.close()
+        session.close()
+    assert _run_counts(repository, run_dir.name)["steps"] == 2
+
+
+def test_two_pushes_of_one_run_at_once_send_it_once(repository: Repository, tmp_path: Path) -> None:
+    run_dir = busy_observation(
+        tmp_path / "20260104-000000-observe-twin", int(time.time() * 1e6) - 3600 * 10**6,
+        seconds=60, sessions=40, hz=50,
+    )  # fmt: skip
+    both = [start(["push", str(run_dir), "--to", repository.push, "--json"]) for _ in range(2)]
+    states = []
+    for proc in both:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        states.append(json.loads(out)[0]["state"])
+    assert sorted(states) == ["already", "pushed"]
     stored = _run_counts(repository, run_dir.name)
     assert {t: n for t, n in stored.items() if n} == {
         t: n for t, n in _store_counts(run_dir).items() if n

@@ -18,7 +18,8 @@ def server_version(conn: psycopg.Connection[Any]) -> tuple[str, int]:
 
 def server_identity(conn: psycopg.Connection[Any]) -> ServerIdentity:
     """Which server this is, as a central repository files its runs: its system identifier
-    (pg_control_system(): None where the role may not call it), the host as the connection
+    (pg_control_system(), which PostgreSQL lets every role call: None where a DBA revoked
+    that), the host as the connection
     named it (this machine's name over a Unix socket), and the port the server listens on."""
     try:
         row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
