@@ -559,6 +559,10 @@ def test_observe_pushes_each_window_as_it_closes_and_loses_none_while_the_reposi
         assert repository.query(
             "SELECT state, status FROM pgscope.runs WHERE run_id = %s", [run_dir.name]
         ) == [("open", "running")]
+        so_far = pgscope("report", run_dir.name, "--from", repository.read, "--json")
+        assert so_far.returncode == 0, so_far.stderr
+        assert "still arriving (no analysis stored yet)" in so_far.stderr
+        assert len(json.loads(so_far.stdout)["steps"]) >= len(before), "analysed as it arrives"
         repository.cluster.stop()
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=20)  # 20 s without a repository; the observation goes on
