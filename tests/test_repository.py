@@ -657,6 +657,20 @@ def test_instalments_send_only_what_is_new_and_rename_waits_learnt_late(
         assert first.state == "sent" and first.through_step is None
         assert central("SELECT count(*) FROM pgscope.activity_samples WHERE run") == [(100,)]
         assert central("SELECT status FROM pgscope.steps WHERE run") == [("running",)]
+        # Another collector's role may neither take this open run over nor clear its rows.
+        [(key,)] = central("SELECT run_key FROM pgscope.runs WHERE run")
+        sid = first.server.server_id
+        with repository.cluster.connect() as conn:
+            conn.execute("DROP ROLE IF EXISTS other_collector")
+            conn.execute("CREATE ROLE other_collector LOGIN IN ROLE pgscope_push")
+        with psycopg.connect(dsn(repository.cluster, "other_collector"), autocommit=True) as other:
+            with pytest.raises(psycopg.Error, match="is being pushed by another role"):
+                other.execute(
+                    "SELECT * FROM pgscope.open_run(%s, NULL, 'inst', NULL, %s)",
+                    [sid, run_dir.name],
+                )
+            with pytest.raises(psycopg.Error, match="is not being pushed"):
+                other.execute("SELECT pgscope.clear_rows(%s, %s, 'steps')", [sid, key])
 
         samples(100, 50, "WALWrite")
         store.finish_step(1, "ok", None, {"tps": 5.0}, t0 + 10**7)

@@ -2,19 +2,19 @@
 
 Every store table (pgscope.tables) has a table of the same name in the schema `pgscope`, with
 the same columns (DuckDB's types mapped to PostgreSQL's) after two of the repository's own:
-`server_id`, the server the run measured (the distribution column, were the repository a
-Citus cluster), and `run_key`, the run. A time-series table (`Table.series`) is partitioned
-by month on its time column; partitions are made as runs arrive (`add_partition`) and dropped
-when they age out (prune.py). The repository's own tables say what it holds: `servers`,
-`runs` (one row per run: what `runs --from` lists, and how far its push went), `documents`
-(each run's analysis, as summary.json has it), `push_log` (each push, for the record) and
-`schema_version`.
+`server_id`, the server the run measured (the distribution column, were the repository a Citus
+cluster), and `run_key`, the run. A time-series table (`Table.series`) is partitioned by month
+on its time column; partitions are made as runs arrive (`add_partition`) and dropped when they
+age out (prune.py). The repository's own tables say what it holds: `servers`, `runs` (one row
+per run: what `runs --from` lists, and how far its push went), `documents` (each run's
+analysis, as summary.json has it), `push_log` (each push, for the record) and `schema_version`.
 
 The push role only inserts: it copies rows into the store's tables and calls five functions
 that run as the schema's owner, each refusing to touch a run whose push is complete
-(`open_run`, `add_partition`, `clear_rows`, `rename_waits`, `close_push`). The reader role
-only reads. `init` makes all of this and upgrades an older schema in place (a column a later
-store version declares is added); a repository newer than this pgscope is refused.
+(`open_run`, `add_partition`, `clear_rows`, `rename_waits`, `close_push`), and a run another
+login role began pushing (`runs.pushed_as`, its session_user). The reader role only reads.
+`init` makes all of this and upgrades an older schema in place (a column a later store version
+declares is added); a repository newer than this pgscope is refused.
 """
 
 from __future__ import annotations
@@ -116,6 +116,8 @@ def _array(names: list[str]) -> str:
     return "ARRAY[" + ", ".join("'" + n.replace("'", "''") + "'" for n in names) + "]::text[]"
 
 
+# A later version changes these tables with ALTER TABLE ... ADD COLUMN IF NOT EXISTS here, after
+# their CREATE, as store_table_ddl does for the store's.
 OWN_DDL = """
 CREATE TABLE IF NOT EXISTS pgscope.schema_version (
     version integer NOT NULL,
@@ -138,6 +140,7 @@ CREATE TABLE IF NOT EXISTS pgscope.runs (
     run_key bigint NOT NULL,
     run_id text NOT NULL,
     state text NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'complete')),
+    pushed_as text NOT NULL DEFAULT session_user,
     name text,
     recipe text,
     status text,
@@ -206,7 +209,11 @@ BEGIN
     ON CONFLICT (server_id, run_id) DO NOTHING;
     -- Locked until the push ends: a second push of the same run waits, then finds it done.
     RETURN QUERY SELECT r.run_key, r.state, r.watermarks FROM pgscope.runs r
-        WHERE r.server_id = p_server_id AND r.run_id = p_run_id FOR UPDATE;
+        WHERE r.server_id = p_server_id AND r.run_id = p_run_id
+          AND (r.state = 'complete' OR r.pushed_as = session_user) FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgscope.open_run: run % is being pushed by another role', p_run_id;
+    END IF;
 END
 $f$;
 
@@ -245,7 +252,8 @@ BEGIN
         RAISE EXCEPTION 'pgscope.clear_rows: % is not a table pushed whole', p_table;
     END IF;
     PERFORM 1 FROM pgscope.runs
-        WHERE server_id = p_server_id AND run_key = p_run_key AND state = 'open';
+        WHERE server_id = p_server_id AND run_key = p_run_key AND state = 'open'
+          AND pushed_as = session_user;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgscope.clear_rows: run % is not being pushed', p_run_key;
     END IF;
@@ -264,7 +272,8 @@ DECLARE
     renamed bigint;
 BEGIN
     PERFORM 1 FROM pgscope.runs
-        WHERE server_id = p_server_id AND run_key = p_run_key AND state = 'open';
+        WHERE server_id = p_server_id AND run_key = p_run_key AND state = 'open'
+          AND pushed_as = session_user;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgscope.rename_waits: run % is not being pushed', p_run_key;
     END IF;
@@ -308,7 +317,8 @@ BEGIN
         store_version = (p_listing->>'store_version')::integer,
         pushed_by = p_listing->>'pushed_by',
         pushed_at = now()
-    WHERE server_id = p_server_id AND run_key = p_run_key AND state = 'open';
+    WHERE server_id = p_server_id AND run_key = p_run_key AND state = 'open'
+      AND pushed_as = session_user;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgscope.close_push: run % is not being pushed', p_run_key;
     END IF;
