@@ -27,6 +27,7 @@ from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.cli import one_line_error, pgscope, start, wait_for_line
+from tests.poll import wait_until
 from tests.servers import SMALL_SERVER
 from tests.stores import busy_observation, measured_run, observation_begun
 from tests.suite import SESSION_TMP
@@ -264,12 +265,15 @@ def test_a_killed_push_leaves_nothing_and_the_next_one_completes_it(
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
     # The server ends the push's session when it sees its client gone: wait for that.
-    deadline = time.monotonic() + 30
-    while (
-        repository.query("SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgscope push'")
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.1)
+    wait_until(
+        lambda: (
+            not repository.query(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgscope push'"
+            )
+        ),
+        "the killed push's session ended",
+        timeout=30,
+    )
     assert repository.counts() == before, "a killed push left rows behind"
     assert not repository.query("SELECT 1 FROM pgscope.runs WHERE run_id = %s", [run_dir.name])
     left = [f for f in leftovers.find([SESSION_TMP]) if f.path.name.startswith("pgscope-push-")]
@@ -536,9 +540,7 @@ def test_observe_pushes_each_window_as_it_closes_and_loses_none_while_the_reposi
          "--push", repository.push, "--results-dir", str(results), "--json"]
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not (results.is_dir() and any(results.iterdir())) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: results.is_dir() and any(results.iterdir()), "the run folder")
         [run_dir] = list(results.iterdir())
 
         def closed_centrally() -> list[int]:
@@ -552,9 +554,11 @@ def test_observe_pushes_each_window_as_it_closes_and_loses_none_while_the_reposi
                 )
             ]
 
-        while len(closed_centrally()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        before = closed_centrally()
+        def two_closed() -> list[int] | None:
+            closed = closed_centrally()
+            return closed if len(closed) >= 2 else None
+
+        before = wait_until(two_closed, "two windows in the repository while it observes")
         assert len(before) >= 2 and proc.poll() is None, "windows arrive while it observes"
         assert repository.query(
             "SELECT state, status FROM pgscope.runs WHERE run_id = %s", [run_dir.name]
