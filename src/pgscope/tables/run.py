@@ -24,6 +24,10 @@ TABLES = (
         "ended_us BIGINT",
         "status VARCHAR",
         "status_reason VARCHAR",
+        "system_identifier BIGINT @7",
+        "server_host VARCHAR @7",
+        "server_port INTEGER @7",
+        updated=True,
     ),
     table(
         "settings",
@@ -73,6 +77,7 @@ TABLES = (
         "workload_error VARCHAR @4",
         "reconnects BOOLEAN @5",
         "connection_ms DOUBLE @5",
+        updated=True,
     ),
     table(
         "timeline",
@@ -84,6 +89,10 @@ TABLES = (
         "latency_stddev_ms DOUBLE",
         "failed BIGINT",
         "instance INTEGER @3",
+        series="ts_us",
+        # An observation's commits per second are written as each window closes, and
+        # written again should it be closed again (windows.py).
+        updated=True,
     ),
     table(
         "step_instances",
@@ -106,6 +115,7 @@ TABLES = (
         "p95_ms DOUBLE",
         "p99_ms DOUBLE",
         "max_ms DOUBLE",
+        series="second_us",
     ),
     table("events", "run", "ts_us BIGINT", "step_id INTEGER", "kind VARCHAR", "detail VARCHAR"),
     table(
@@ -120,6 +130,7 @@ TABLES = (
         "status VARCHAR",
         "error VARCHAR",
         since=2,
+        updated=True,
     ),
     table(
         "collector_gaps",
@@ -141,5 +152,6 @@ TABLES = (
         "steady BOOLEAN",
         "commits DOUBLE",
         "rollbacks DOUBLE",
+        updated=True,
     ),
 )
