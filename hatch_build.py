@@ -1,8 +1,8 @@
-"""Builds the shared-memory sampler (src/pgscope/collect/native/shmem_sampler.c) when a wheel is
+"""Builds the shared-memory sampler (src/pgscope/collect/sampling/native/shmem_sampler.c) when a wheel is
 built, so the wheel ships it and pgscope never compiles anything at run time (a program built
 on first use into the user's cache folder was run as root from wherever that folder said).
 
-A wheel gets the binary at pgscope/collect/native/bin/, and is tagged for this platform
+A wheel gets the binary at pgscope/collect/sampling/native/bin/, and is tagged for this platform
 (py3-none-linux_x86_64, say). An
 editable install (`uv sync`) builds it into the source tree's same folder, which is where the
 package looks (scripts/setup.sh does the same, for a tree it sets up). A wheel is not built
@@ -23,8 +23,8 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = "src/pgscope/collect/native/shmem_sampler.c"
-BINARY = "pgscope/collect/native/bin/pgscope-shmem-sampler"
+SOURCE = "src/pgscope/collect/sampling/native/shmem_sampler.c"
+BINARY = "pgscope/collect/sampling/native/bin/pgscope-shmem-sampler"
 
 
 def compile_sampler(source: Path, target: Path) -> None:

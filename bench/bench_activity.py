@@ -309,7 +309,7 @@ def floor(args: argparse.Namespace) -> dict[str, Any]:
 
     import psycopg
 
-    from pgscope.collect.activity import BATCH_SQL
+    from pgscope.collect.sampling.activity import BATCH_SQL
 
     rate, clients = 100, 2 * usable_cores()
     samples = args.seconds * rate

@@ -23,7 +23,7 @@ from typing import Any
 
 from abtest import bench_cluster, write_results
 
-from pgscope.collect.pglocks import APPLICATION, HELD_SQL
+from pgscope.collect.statistics.pglocks import APPLICATION, HELD_SQL
 
 PARTITIONS = 128
 SCHEMA = [

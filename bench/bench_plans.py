@@ -35,8 +35,8 @@ from abtest import (
 )
 
 from pgscope.collect.base import StepInfo
-from pgscope.collect.plancapture import SETTINGS as PLAN_SETTINGS
-from pgscope.collect.statements import COUNTING
+from pgscope.collect.statistics.plancapture import SETTINGS as PLAN_SETTINGS
+from pgscope.collect.statistics.statements import COUNTING
 
 BEFORE = {"shared_preload_libraries": "pg_stat_statements"}
 NOW = {

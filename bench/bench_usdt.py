@@ -45,7 +45,7 @@ from abtest import (
 )
 
 from pgscope.collect.base import CollectorEnv
-from pgscope.collect.usdt import UsdtCollector
+from pgscope.collect.tracing.usdt import UsdtCollector
 from pgscope.host import describe_host, usable_cores
 from pgscope.store import RunStore
 from pgscope.target.embedded import EmbeddedCluster

@@ -13,7 +13,7 @@ packages=(
   bpftrace                                # USDT and off-CPU tracing
   linux-perf                              # CPU profiles
   python3-venv                            # a private venv for uv
-  gcc                                     # builds the shared-memory wait sampler (collect/native), here only
+  gcc                                     # builds the shared-memory wait sampler (collect/sampling/native), here only
   libc6-dev                               # its C headers
   chromium                                # tests render the HTML flame graphs headless (playwright drives it)
 )
@@ -52,11 +52,11 @@ fi
 UV_PYTHON_DOWNLOADS=never .tools/bin/uv sync --frozen --quiet --compile-bytecode
 .venv/bin/python -m compileall -q src >/dev/null
 
-# The shared-memory sampler (collect/native/shmem_sampler.c), compiled here, into the package's
+# The shared-memory sampler (collect/sampling/native/shmem_sampler.c), compiled here, into the package's
 # folder, and never at run time: pgscope runs it as root only from there, and only if root owns
-# it and everything above it (collect/activitymem.py). hatch_build.py does the same for a wheel.
-sampler_source=src/pgscope/collect/native/shmem_sampler.c
-sampler=src/pgscope/collect/native/bin/pgscope-shmem-sampler
+# it and everything above it (collect/sampling/activitymem.py). hatch_build.py does the same for a wheel.
+sampler_source=src/pgscope/collect/sampling/native/shmem_sampler.c
+sampler=src/pgscope/collect/sampling/native/bin/pgscope-shmem-sampler
 if [[ ! -x $sampler || $sampler_source -nt $sampler ]]; then
   mkdir -p "$(dirname "$sampler")"
   cc -O2 -o "$sampler.part" "$sampler_source"

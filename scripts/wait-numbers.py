@@ -1,4 +1,4 @@
-"""Writes src/pgscope/collect/wait_numbers.toml: per PostgreSQL major version, the names of the
+"""Writes src/pgscope/collect/sampling/wait_numbers.toml: per PostgreSQL major version, the names of the
 wait events of each numbered class in the order of their numbers, and the LWLock names by
 tranche id.
 
@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "src/pgscope/collect/wait_numbers.toml"
+OUT = Path(__file__).resolve().parent.parent / "src/pgscope/collect/sampling/wait_numbers.toml"
 CLASSES = {
     "WaitEventActivity": "Activity",
     "WaitEventClient": "Client",

@@ -13,7 +13,7 @@ import pytest
 from pgscope.analyze import paths
 from pgscope.analyze.account import Account, Node
 from pgscope.analyze.plans import plan_nodes, shape
-from pgscope.collect.planlog import parse_plans
+from pgscope.collect.statistics.planlog import parse_plans
 
 LOG = Path(__file__).parent / "data" / "plans" / "auto_explain.log"
 DELETE, UPDATE, JIT = 6451115561808639846, -8342762666918154035, -1927110332827233377

@@ -21,8 +21,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from pgscope.collect import shmem
-from pgscope.collect.activitymem import BINARY, helper_binary, read_batch, untrusted
+from pgscope.collect.sampling import shmem
+from pgscope.collect.sampling.activitymem import BINARY, helper_binary, read_batch, untrusted
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries

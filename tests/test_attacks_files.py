@@ -425,7 +425,7 @@ def test_a_sampler_planted_in_the_cache_folder_is_never_run(
     cluster: EmbeddedCluster, tmp_path: Path
 ) -> None:
     """Where pgscope used to build and cache the memory sampler, by its source's hash."""
-    source = SRC / "pgscope" / "collect" / "native" / "shmem_sampler.c"
+    source = SRC / "pgscope" / "collect" / "sampling" / "native" / "shmem_sampler.c"
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
     cache = tmp_path / "cache"
     planted = cache / "pgscope" / f"pgscope-shmem-sampler-{digest}"

@@ -182,7 +182,7 @@ def test_the_host_collector_survives_a_process_that_vanishes(
 ) -> None:
     """A process that exits between listing /proc and reading its stat file is skipped, not an
     error that stops the host collector for the rest of the run."""
-    from pgscope.collect import host
+    from pgscope.collect.statistics import host
 
     victim = str(os.getpid())
     read = host.Path.read_text

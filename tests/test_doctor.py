@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pgscope.collect.elfprobes import list_probes
+from pgscope.collect.tracing.elfprobes import list_probes
 from pgscope.target.pgbin import PgBinaries
 from tests.cli import pgscope
 

@@ -23,7 +23,7 @@ from pgscope.analyze.profile import (
     Profile,
     hot_spot,
 )
-from pgscope.collect.profilestore import store_folded
+from pgscope.collect.profiles.profilestore import store_folded
 from pgscope.store import RunMeta, RunStore
 
 FACTS = Path(__file__).parent / "data" / "facts"

@@ -20,9 +20,9 @@ from pgscope.analyze.profile import (
     top_functions,
     wait_sites,
 )
-from pgscope.collect.elfsymbols import AddressSymbolizer
-from pgscope.collect.offcpufold import fold_offcpu_key, state_name
-from pgscope.collect.perffold import ProcessTree, fold_perf_script
+from pgscope.collect.profiles.elfsymbols import AddressSymbolizer
+from pgscope.collect.profiles.offcpufold import fold_offcpu_key, state_name
+from pgscope.collect.profiles.perffold import ProcessTree, fold_perf_script
 from pgscope.collect.roles import process_role
 from pgscope.render.flame import folded_text
 

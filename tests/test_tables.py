@@ -56,7 +56,7 @@ def test_every_table_whose_rows_the_code_changes_is_declared_updated() -> None:
     assert "steps" in changed, "the scan found no updates: its patterns are stale"
     declared = {t.name for t in tables.declared().values() if t.updated}
     assert changed & set(tables.declared()) - declared == {"activity_samples"}
-    renaming = (SOURCE / "collect" / "activitymem.py").read_text()
+    renaming = (SOURCE / "collect" / "sampling" / "activitymem.py").read_text()
     assert '"wait-names"' in renaming and "UPDATE activity_samples" in renaming
 
 

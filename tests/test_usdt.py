@@ -21,8 +21,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from pgscope.collect.base import CollectorEnv
-from pgscope.collect.elfprobes import list_probes
-from pgscope.collect.usdt import UsdtCollector
+from pgscope.collect.tracing.elfprobes import list_probes
+from pgscope.collect.tracing.usdt import UsdtCollector
 from pgscope.proc import server_account
 from pgscope.session import SessionTarget, collect
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults

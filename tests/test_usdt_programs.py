@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pgscope.collect import validate_options
-from pgscope.collect.bpf import (
+from pgscope.collect.tracing.bpf import (
     PROGRAMS,
     Program,
     argument_problems,
@@ -16,9 +16,9 @@ from pgscope.collect.bpf import (
     checkpoint_phases,
     lock_type_name,
 )
-from pgscope.collect.elfprobes import UsdtProbe, list_probes
-from pgscope.collect.usdthost import capability_problems
-from pgscope.collect.usdtoptions import UsdtOptions
+from pgscope.collect.tracing.elfprobes import UsdtProbe, list_probes
+from pgscope.collect.tracing.usdthost import capability_problems
+from pgscope.collect.tracing.usdtoptions import UsdtOptions
 from pgscope.target.pgbin import PgBinaries
 
 

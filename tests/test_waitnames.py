@@ -1,5 +1,6 @@
-"""How the shared-memory sampler names wait numbers (collect/waitnames.py): the stored lists of
-15 and 16 against their binaries, and the list, the votes and the numbers in their order."""
+"""How the shared-memory sampler names wait numbers (collect/sampling/waitnames.py): the
+stored lists of 15 and 16 against their binaries, and the list, the votes and the numbers in
+their order."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from importlib import resources
 
 import pytest
 
-from pgscope.collect.waitnames import (
+from pgscope.collect.sampling.waitnames import (
     CLASS_BYTES,
     VOTES_AGAINST_LIST,
     WaitNames,
@@ -57,7 +58,7 @@ def test_the_stored_lists_number_the_waits_calibration_checks() -> None:
 def test_every_stored_name_is_in_its_servers_binary() -> None:
     """The names are the strings the server reports (a wrong split of a merged string, or a
     GUC's spelling, would not be a whole NUL-terminated string of the binary)."""
-    text = resources.files("pgscope.collect").joinpath("wait_numbers.toml").read_text()
+    text = resources.files("pgscope.collect.sampling").joinpath("wait_numbers.toml").read_text()
     checked = []
     for major, classes in tomllib.loads(text).items():
         with contextlib.suppress(pytest.skip.Exception):

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pgscope import leftovers
-from pgscope.collect.elfprobes import list_probes
+from pgscope.collect.tracing.elfprobes import list_probes
 from pgscope.errors import EnvironmentProblem
 from pgscope.proc import server_account
 from pgscope.target.pgbin import PgBinaries, find_binaries

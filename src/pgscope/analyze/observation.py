@@ -320,7 +320,7 @@ def _statements_absent(db: duckdb.DuckDBPyConnection) -> bool:
 
 def _costs(db: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """What each opt-in layer costs, as `observe` recorded it: collector -> one line; for
-    the wait sampler, which source ran and what its reader cost (collect/activity.py)."""
+    the wait sampler, which source ran and what its reader cost (collect/sampling/activity.py)."""
     rows = db.execute("SELECT detail FROM events WHERE kind = 'cost'").fetchall()
     costs = {str(d).split(": ", 1)[0]: str(d).split(": ", 1)[1] for (d,) in rows if ": " in str(d)}
     sampler = db.execute(

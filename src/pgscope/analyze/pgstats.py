@@ -102,7 +102,7 @@ class StepStats:
 # summed), oldest first; a step takes the first that has snapshots. The same meaning across
 # versions: 17 moved the checkpoint counters to pg_stat_checkpointer and the backends' own
 # buffer writes to pg_stat_io only (16+ has both); 18 moved WAL writes and fsyncs from
-# pg_stat_wal to pg_stat_io (collect/pgstats.py sums the rows these come from).
+# pg_stat_wal to pg_stat_io (collect/statistics/pgstats.py sums the rows these come from).
 Place = tuple[str, str | None, tuple[str, ...]]
 STEP_COUNTERS: dict[str, tuple[Place, ...]] = {
     "wal_bytes": (("pg_stat_wal", None, ("wal_bytes",)),),

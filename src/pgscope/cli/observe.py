@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class Sampler(enum.StrEnum):
-    """The activity collector's sources (collect/activity.py `source`)."""
+    """The activity collector's sources (collect/sampling/activity.py `source`)."""
 
     auto = "auto"
     sql = "sql"
@@ -159,7 +159,7 @@ def observe(
     from pgscope.analyze.load import load_analysis
     from pgscope.cli.title import safe_command_line
     from pgscope.collect import offered, registry
-    from pgscope.collect.pgws import PgwsCollector
+    from pgscope.collect.sampling.pgws import PgwsCollector
     from pgscope.drive.readonly import verify_read_only
     from pgscope.errors import EnvironmentProblem, PgscopeError, TargetError
     from pgscope.render.console import print_summary

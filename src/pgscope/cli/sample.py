@@ -53,7 +53,7 @@ def sample(
     """
     from pgscope.analyze.load import load_analysis
     from pgscope.collect.base import CollectorEnv
-    from pgscope.collect.pgws import PgwsCollector
+    from pgscope.collect.sampling.pgws import PgwsCollector
     from pgscope.drive.readonly import guarded
     from pgscope.errors import TargetError, UsageError
     from pgscope.render.waits import print_waits

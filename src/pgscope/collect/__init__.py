@@ -1,7 +1,11 @@
-"""Evidence collectors, one module per layer, all behind one small protocol (`base.py`).
+"""Evidence collectors, one module per question, all behind one small protocol (`base.py`),
+grouped by how they ask: `sampling/` (what sessions are doing, many times a second),
+`statistics/` (what the server counts), `tracing/` (kernel-side, on the server's probes),
+`profiles/` (where its processes spend CPU). What they share sits here: the protocol, guarded
+driving (`manager.py`), polling bases, finding the server's processes.
 
-The registry discovers every `Collector` subclass defined in a module of this package, so a
-new collector is a new file, nothing else.
+The registry discovers every `Collector` subclass defined in a module of this package or its
+groups, so a new collector is a new file, nothing else.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ if TYPE_CHECKING:
 def registry() -> dict[str, type[Collector]]:
     from pgscope.collect.base import Collector
 
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
+    for module in pkgutil.walk_packages(__path__, f"{__name__}."):
+        if not module.name.rsplit(".", 1)[-1].startswith("_"):
+            importlib.import_module(module.name)
     found: dict[str, type[Collector]] = {}
     pending = list(Collector.__subclasses__())
     while pending:

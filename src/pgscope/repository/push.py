@@ -14,7 +14,7 @@ store's tables only grow (DuckDB gives a row the next rowid when it commits, and
 never deletes one), but for those whose rows change after they are written (`Table.updated`:
 the run, its steps, collectors and windows), which each push sends whole, in place of what an
 earlier one sent. The one other change a store makes in place, the memory sampler naming
-waits it wrote by number (collect/activitymem.py), travels as an event (`wait-names`) that
+waits it wrote by number (collect/sampling/activitymem.py), travels as an event (`wait-names`) that
 the push applies to the rows already in the repository.
 
 Rows travel as CSV that DuckDB's own writer makes, through a FIFO in a private folder (the one

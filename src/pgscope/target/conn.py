@@ -22,9 +22,9 @@ from pgscope.errors import TargetError, UsageError
 CONNECT_TIMEOUT_S = 10
 APPLICATION_NAME = "pgscope"
 # The server processes of pgscope's own sessions, by pid, as they connect: the sampler that
-# reads the server's memory (collect/activitymem.py) leaves them out even when they end before
-# it has asked their application_name (a collector's one-statement session at a window edge,
-# seen as a ninth client).
+# reads the server's memory (collect/sampling/activitymem.py) leaves them out even when they
+# end before it has asked their application_name (a collector's one-statement session at a
+# window edge, seen as a ninth client).
 OWN_BACKENDS: set[int] = set()
 # The libpq keywords whose values are secrets: masked wherever a connection is shown, stored
 # or passed in argv.

@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 
-from pgscope.collect.bpf import LOCK_TYPES
+from pgscope.collect.tracing.bpf import LOCK_TYPES
 
 # The wait class is the top byte of wait_event_info (utils/wait_event.h), unchanged since 9.6.
 WAIT_CLASSES = {
@@ -70,7 +70,7 @@ def number_name(raw: int) -> tuple[str | None, str | None]:
 
 def _stored(major: int) -> dict[str, list[str]]:
     """wait_numbers.toml's lists for `major`: {class: names in number order}."""
-    text = resources.files("pgscope.collect").joinpath("wait_numbers.toml").read_text()
+    text = resources.files("pgscope.collect.sampling").joinpath("wait_numbers.toml").read_text()
     classes = tomllib.loads(text).get(str(major), {})
     return {kind: list(table["names"]) for kind, table in classes.items()}
 

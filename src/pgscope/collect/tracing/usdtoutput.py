@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgscope.collect.bpf import (
+from pgscope.collect.tracing.bpf import (
     LatencySeries,
     Program,
     checkpoint_flags_text,

@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from pgscope.collect.planlog import LoggedPlan, parse_plans
+from pgscope.collect.statistics.planlog import LoggedPlan, parse_plans
 from pgscope.store import RunStore
 from pgscope.target.conn import ConnParams
 

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pgscope.collect.profilestore import KERNEL_SUFFIX
+from pgscope.collect.profiles.profilestore import KERNEL_SUFFIX
 
 _SAMPLE_HEAD = re.compile(r"^(?P<comm>.*?)\s+(?P<pid>\d+)/(?P<tid>\d+)\s*$")
 _TASK_EVENT = re.compile(

@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from pgscope.collect import waitnames
+from pgscope.collect.sampling import waitnames
 
 SHMEM_MAGIC = 679834894  # PGShmemMagic, at the start of the main segment
 CLIENT_READ = 0x06000000  # PG_WAIT_CLIENT | WAIT_EVENT_CLIENT_READ, every version
@@ -326,7 +326,7 @@ def open_segment(layout: Layout) -> tuple[int, int, int]:
 
 class Reader:
     """The server's main segment mapped read-only into this process, for reads now and then
-    (naming what the compiled sampler reads, collect/activitymem.py): a field of every slot
+    (naming what the compiled sampler reads, collect/sampling/activitymem.py): a field of every slot
     is one strided read, no system call and no copy."""
 
     def __init__(self, layout: Layout) -> None:

@@ -12,7 +12,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from pgscope.collect.elfprobes import list_probes
+from pgscope.collect.tracing.elfprobes import list_probes
 
 MIN_BPFTRACE = (0, 17)
 REFCOUNT_FORMAT = Path("/sys/bus/event_source/devices/uprobe/format/ref_ctr_offset")

@@ -37,7 +37,6 @@ from typing import Any, Literal
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
-from pgscope.collect import shmem
 from pgscope.collect.base import (
     Availability,
     CollectorContext,
@@ -46,6 +45,7 @@ from pgscope.collect.base import (
     StepInfo,
 )
 from pgscope.collect.polling import PollingCollector
+from pgscope.collect.sampling import shmem
 from pgscope.errors import TargetError
 from pgscope.store import now_us
 from pgscope.target.conn import ConnParams
@@ -186,7 +186,7 @@ class ActivityOptions(BaseModel):
         "sql",
         description="sql: ask the server (pg_stat_get_activity; any server, pg_monitor); "
         "memory: read its shared memory (root, server on this host; no server CPU per "
-        "sample: collect/shmem.py); auto: memory where it can, else sql",
+        "sample: collect/sampling/shmem.py); auto: memory where it can, else sql",
     )
     batch_s: float = Field(1.0, gt=0, le=10, description="seconds of samples per statement")
     flush_s: float = Field(
@@ -274,7 +274,7 @@ class ActivityCollector(PollingCollector):
     def _calibrate(self) -> shmem.Layout:
         """The layout of the server's arrays, checked to be readable here, and the sampler
         built: ShmemError says why not."""
-        from pgscope.collect.activitymem import helper_binary
+        from pgscope.collect.sampling.activitymem import helper_binary
 
         postmaster = self.ctx.postmaster_pid()
         if postmaster is None:
@@ -356,7 +356,7 @@ class ActivityCollector(PollingCollector):
             self._flush()
 
     def _sample_memory(self, layout: shmem.Layout) -> None:
-        from pgscope.collect.activitymem import MemorySampler
+        from pgscope.collect.sampling.activitymem import MemorySampler
 
         sampler = MemorySampler(self, layout, self._calibrate)
         try:

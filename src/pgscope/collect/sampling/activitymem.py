@@ -1,8 +1,9 @@
-"""The activity sampler's loop when it reads the server's shared memory (collect/shmem.py)
+"""The activity sampler's loop when it reads the server's shared memory (collect/sampling/shmem.py)
 instead of asking it: same tables, same rows, no work for the server per sample.
 
-Each sample is taken by a small compiled program (collect/native/shmem_sampler.c, built when
-pgscope is installed, run only from the package's folder and checked first: `helper_binary`):
+Each sample is taken by a small compiled program (collect/sampling/native/shmem_sampler.c,
+built when pgscope is installed, run only from the package's folder and checked first:
+`helper_binary`):
 it wakes on schedule, reads, per process slot in use, its pid, wait_event_info, state,
 backend type and query_id from the mapped segment, and writes a second of samples at a time
 down a pipe as columns of numbers. After a second that held something new, or every
@@ -35,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 import numpy as np
 import psycopg
 
-from pgscope.collect import shmem, waitnames
+from pgscope.collect.sampling import shmem, waitnames
 from pgscope.store import now_us
 from pgscope.target import conn
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 
 class Host(Protocol):
-    """What the loop uses of the activity collector that runs it (collect/activity.py):
+    """What the loop uses of the activity collector that runs it (collect/sampling/activity.py):
     its session, store, counters and rate rows, which both sources share."""
 
     ctx: CollectorContext

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pgscope.collect.base import CollectorError
-from pgscope.collect.perffold import ProcessTree
+from pgscope.collect.profiles.perffold import ProcessTree
 from pgscope.collect.roles import cluster_pids
 from pgscope.files import open_for_writing
 from pgscope.leftovers import claim

@@ -12,8 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO
 
-from pgscope.collect.elfsymbols import AddressSymbolizer
-from pgscope.collect.profilestore import KERNEL_SUFFIX
+from pgscope.collect.profiles.elfsymbols import AddressSymbolizer
+from pgscope.collect.profiles.profilestore import KERNEL_SUFFIX
 
 
 def state_name(prev_state: int) -> str:

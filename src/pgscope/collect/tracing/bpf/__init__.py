@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 
-from pgscope.collect.elfprobes import UsdtProbe
+from pgscope.collect.tracing.elfprobes import UsdtProbe
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,14 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect.base import CollectorError
-from pgscope.collect.perffold import ProcessTree, fold_perf_script
-from pgscope.collect.perfrecord import CLEAN_EXITS, PerfRecording, perf_binary, start_recording
-from pgscope.collect.profiling import FoldedProfile, ProfileCollector, Segment
+from pgscope.collect.profiles.perffold import ProcessTree, fold_perf_script
+from pgscope.collect.profiles.perfrecord import (
+    CLEAN_EXITS,
+    PerfRecording,
+    perf_binary,
+    start_recording,
+)
+from pgscope.collect.profiles.profiling import FoldedProfile, ProfileCollector, Segment
 
 
 class PerfOptions(BaseModel):

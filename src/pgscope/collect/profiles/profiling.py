@@ -26,7 +26,7 @@ from pgscope.collect.base import (
     CollectorError,
     StepInfo,
 )
-from pgscope.collect.profilestore import store_folded
+from pgscope.collect.profiles.profilestore import store_folded
 from pgscope.collect.roles import ProcessRoles
 from pgscope.store import now_us
 

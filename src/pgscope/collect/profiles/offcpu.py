@@ -26,10 +26,10 @@ from typing import IO, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect.base import Availability, CollectorEnv
-from pgscope.collect.bpftrace import BpftraceProcess, bpftrace_binary
-from pgscope.collect.elfsymbols import AddressSymbolizer
-from pgscope.collect.offcpufold import fold_offcpu
-from pgscope.collect.profiling import FoldedProfile, ProfileCollector, Segment
+from pgscope.collect.profiles.elfsymbols import AddressSymbolizer
+from pgscope.collect.profiles.offcpufold import fold_offcpu
+from pgscope.collect.profiles.profiling import FoldedProfile, ProfileCollector, Segment
+from pgscope.collect.tracing.bpftrace import BpftraceProcess, bpftrace_binary
 from pgscope.files import open_for_writing
 
 READY_TIMEOUT_S = 60.0  # bpftrace compiles and attaches in ~1.5 s here; a loaded host is slower
@@ -37,7 +37,7 @@ STOP_GRACE_S = 60.0
 
 
 def script_path() -> Traversable:
-    return resources.files("pgscope.collect.bpf").joinpath("offcpu.bt")
+    return resources.files("pgscope.collect.tracing.bpf").joinpath("offcpu.bt")
 
 
 @dataclass

@@ -51,8 +51,8 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect.base import Availability, Collector, CollectorContext, CollectorEnv, StepInfo
-from pgscope.collect.plancapture import SETTINGS as PLAN_SETTINGS
-from pgscope.collect.plancapture import PlanCapture
+from pgscope.collect.statistics.plancapture import SETTINGS as PLAN_SETTINGS
+from pgscope.collect.statistics.plancapture import PlanCapture
 from pgscope.errors import TargetError
 from pgscope.store import RunStore, now_us
 

@@ -2,11 +2,11 @@
  * pgscope-shmem-sampler: copies a few fields of every slot in use of two arrays in a mapped
  * file, at a fixed rate, and writes them out once per batch of ticks.
  *
- * Why compiled: the activity sampler's shared-memory source (collect/activitymem.py) reads
+ * Why compiled: the activity sampler's shared-memory source (collect/sampling/activitymem.py) reads
  * PostgreSQL's PGPROC and backend status arrays 100 times a second. In Python each tick cost
  * ~0.12 ms of CPU on our 2-core VM, mostly the interpreter waking cache-cold; here it costs
  * ~15 us (docs/benchmarks.md, "A sampler that reads shared memory"). It knows nothing of
- * PostgreSQL: the Python side finds the layout (collect/shmem.py) and names what it reads.
+ * PostgreSQL: the Python side finds the layout (collect/sampling/shmem.py) and names what it reads.
  *
  * Usage: pgscope-shmem-sampler FD SIZE HZ TICKS_PER_BATCH
  *            PROCS COUNT STRIDE PID WAIT

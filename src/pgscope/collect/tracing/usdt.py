@@ -32,13 +32,13 @@ from pgscope.collect.base import (
     CollectorEnv,
     CollectorError,
 )
-from pgscope.collect.bpf import PROGRAMS, Program, argument_problems
-from pgscope.collect.bpftrace import BpftraceProcess
-from pgscope.collect.elfprobes import list_probes
 from pgscope.collect.localserver import local_server_for, running_binary
-from pgscope.collect.usdthost import capability_problems
-from pgscope.collect.usdtoptions import UsdtOptions
-from pgscope.collect.usdtoutput import UsdtOutput
+from pgscope.collect.tracing.bpf import PROGRAMS, Program, argument_problems
+from pgscope.collect.tracing.bpftrace import BpftraceProcess
+from pgscope.collect.tracing.elfprobes import list_probes
+from pgscope.collect.tracing.usdthost import capability_problems
+from pgscope.collect.tracing.usdtoptions import UsdtOptions
+from pgscope.collect.tracing.usdtoutput import UsdtOutput
 from pgscope.errors import EnvironmentProblem, PgscopeError
 from pgscope.store import RunStore, now_us
 
