@@ -248,6 +248,23 @@ class ActivityCollector(PollingCollector):
     def opened(self) -> None:
         super().opened()
         self.layout = self._memory_layout()
+        # The postmaster whose memory the sampler reads now (set by it, after a restart too).
+        self.sampling_postmaster = self.layout.postmaster if self.layout is not None else None
+        self.sampling_again = threading.Event()
+
+    def target_restarted(self) -> None:
+        """From memory: back once the sampler has found the new server's layout, so that the
+        next step is sampled from its start (finding it takes 1-2 s; a step began 40 ms after
+        a restart and lost 1.7 of its 3 s). Through SQL the session reconnects by itself."""
+        if self.layout is None:
+            return
+        deadline = time.monotonic() + self.reconnect_s
+        while time.monotonic() < deadline and self.thread.is_alive() and not self.error:
+            postmaster = self.ctx.postmaster_pid()
+            if postmaster is None or self.sampling_postmaster == postmaster:
+                return
+            self.sampling_again.wait(0.05)
+            self.sampling_again.clear()
 
     def _memory_layout(self) -> shmem.Layout | None:
         """How to read the server's shared memory, when the source says to and it can;

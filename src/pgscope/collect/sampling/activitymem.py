@@ -66,6 +66,8 @@ class Host(Protocol):
     own_pid: int
     application_name: str
     reconnect_s: float
+    sampling_postmaster: int | None
+    sampling_again: threading.Event
 
     def reconnect(self, exc: Exception, done: str) -> bool: ...
 
@@ -304,6 +306,8 @@ class MemorySampler:
         self.names.listed, self.names.source = layout.wait_names, layout.wait_names_source
         self.reader = shmem.Reader(layout)
         self.types: dict[int, str] = {layout.client_type: "client backend"}
+        self.collector.sampling_postmaster = layout.postmaster
+        self.collector.sampling_again.set()
 
     def run(self) -> None:
         c = self.collector
