@@ -138,6 +138,9 @@ def test_a_rated_log_gives_latency_from_the_schedule_its_lag_and_what_was_skippe
     schedule = analyse_schedule([log], window, 10.0, objectives)
     assert schedule is not None
     assert schedule.skipped == 3 and schedule.late == 0
+    # Served: due in the window by their schedule (end less latency), and done: the first
+    # transaction ended at the window's start but was due 1.1 ms before it.
+    assert schedule.served == 36
     assert schedule.lag_max_ms == pytest.approx(5.8)
     assert schedule.service_p50_ms == pytest.approx(1.0), "latency less the lag"
     half, tail = schedule.objectives

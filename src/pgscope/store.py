@@ -56,6 +56,7 @@ STEP_RESULT_COLUMNS = (
     "service_p99_ms",
     "skipped",
     "late",
+    "served",
 )
 
 
@@ -429,10 +430,11 @@ def list_runs(results_dir: Path) -> list[dict[str, Any]]:
                 "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok, "
                 "list(DISTINCT clients ORDER BY clients) AS clients FROM steps"
             )[0]
-            # The best cell: the highest mean over a (variant, clients) cell's ok steps.
+            # The best cell: the highest mean over a (variant, clients) cell's ok steps, of
+            # the sweep (an open-loop step's tps is a rate it was offered).
             best = store.query(
                 "SELECT max(tps) AS tps FROM (SELECT avg(tps) AS tps FROM steps "
-                "WHERE status = 'ok' AND tps > 0 GROUP BY variant, clients)"
+                "WHERE status = 'ok' AND tps > 0 AND rate IS NULL GROUP BY variant, clients)"
             )[0]["tps"]
         finally:
             store.close()

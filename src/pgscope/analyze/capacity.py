@@ -80,6 +80,7 @@ class Schedule:
     skipped: int | None  # never sent: later than the limit when their turn came
     late: int | None  # completed later than the limit
     objectives: list[ObjectiveResult] = field(default_factory=list)
+    served_tps: float | None = None  # the rate achieved: due in the window, and served
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,10 @@ class RateCell:
     share_of_peak: float | None
     repeats: int  # steps with a measured window
     failed_steps: int
-    achieved_tps: float | None  # mean over repeats
+    # The rate achieved: the offered transactions due in each step's window and served by its
+    # end, per second; mean over repeats (a step's throughput, its `tps`, also counts a
+    # backlog from before its window draining inside it)
+    achieved_tps: float | None
     achieved_ci95: tuple[float, float] | None
     achieved_share: float | None  # achieved / offered
     kept_up: bool | None  # achieved at least KEPT_UP of the rate
@@ -153,7 +157,7 @@ class Closed:
 class Knee:
     kept_up_to: float | None  # the highest rate kept up with, below the first one not
     first_beyond: float | None  # the lowest rate not kept up with; None: all were
-    saturated_tps: float | None  # mean achieved over the steps at and beyond it
+    saturated_tps: float | None  # mean throughput (completed per second) at and beyond it
     saturated_ci95: tuple[float, float] | None
     predicted_tps: float | None  # the USL fit at the rates' clients
     predicted_band: tuple[float, float] | None  # its bootstrap 95% band there
@@ -243,7 +247,17 @@ def schedule_of(row: dict[str, Any], objectives: list[ObjectiveResult]) -> Sched
         row.get("skipped"),
         row.get("late"),
         objectives,
+        _served_tps(row),
     )
+
+
+def _served_tps(row: dict[str, Any]) -> float | None:
+    """The rate a step achieved: transactions due in its window that succeeded, per second
+    of it (the store's `served`); its throughput where the store has none."""
+    start, end, served = row.get("window_start_us"), row.get("window_end_us"), row.get("served")
+    if served is None or start is None or end is None or end <= start:
+        return float(row["tps"]) if row.get("tps") is not None else None
+    return float(served) / (float(end - start) / 1e6)
 
 
 def objective_results(rows: list[dict[str, Any]]) -> dict[int, list[ObjectiveResult]]:
@@ -347,7 +361,7 @@ def _cell(
     growth: dict[int, float],
 ) -> RateCell:
     good = [r for r in rows if _measured(r)]
-    tps = [float(r["tps"]) for r in good]
+    tps = [v for r in good if (v := _served_tps(r)) is not None]
     achieved = statistics.fmean(tps) if tps else None
     scheduled = sum((r["succeeded"] or 0) + (r["skipped"] or 0) for r in good)
     completed = sum(r["succeeded"] or 0 for r in good)

@@ -583,6 +583,10 @@ class ScheduleStats:
     skipped: int  # not sent: already later than --latency-limit when their turn came
     late: int | None  # completed later than --latency-limit (None: no limit)
     objectives: tuple[ObjectiveStats, ...] = ()
+    # Transactions due in the window (by their schedule) that succeeded by its end: the rate
+    # offered that was served. Completions in the window count too many where a backlog from
+    # before it drains inside it, and too few where one from inside it drains after it.
+    served: int = 0
 
 
 # pgbench 15's per-transaction log: `client_id transaction_no time script_no time_epoch
@@ -735,6 +739,11 @@ def analyse_schedule(
             f"FROM xact WHERE NOT failed AND {inside}",
             [(latency_limit_ms or 0.0) * 1000, start, end],
         ).fetchone()
+        due = db.execute(
+            "SELECT count(*) FROM xact WHERE NOT failed AND end_us - latency_us > ? "
+            "AND end_us - latency_us <= ?",
+            [start, end],
+        ).fetchone()
         skipped_row = db.execute(
             f"SELECT count(*) FROM skip WHERE {inside}", [start, end]
         ).fetchone()
@@ -770,6 +779,7 @@ def analyse_schedule(
             skipped=skipped,
             late=int(late) if latency_limit_ms is not None else None,
             objectives=tuple(found),
+            served=int(due[0]) if due else 0,
         )
     finally:
         db.close()

@@ -191,6 +191,7 @@ def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares:
             service_p99_ms=schedule.service_p99_ms,
             skipped=schedule.skipped,
             late=schedule.late,
+            served=schedule.served,
         )
     store.finish_step(step.step_id, status, None if status == "ok" else error, values)
     quoted = f'"{workload_error}"'

@@ -86,6 +86,7 @@ TABLES = (
         "service_p99_ms DOUBLE @7",
         "skipped BIGINT @7",
         "late BIGINT @7",
+        "served BIGINT @7",
     ),
     table(
         "timeline",
