@@ -16,7 +16,7 @@ run: setup
 test: setup
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
-# No test here may start PostgreSQL, pgbench, bpftrace or perf: tests/conftest.py makes them
+# No test here may start PostgreSQL, pgbench, bpftrace or perf: tests/suite.py makes them
 # fail when the selection has no test marked for them. With no load to measure, they run on
 # every core (pytest-xdist); `make test` stays serial, since its runs measure the host's CPU.
 test-fast: setup

@@ -107,7 +107,7 @@ def slow_writes(
 ) -> Iterator[None]:
     """Throttle the writes of the clusters under `work_dir` to `bytes_per_s` on their disk
     (a cgroup v1 blkio group the thread keeps their processes in; backends forked later
-    inherit it). The `starters` (the processes that start pgscope: conftest.cli_processes)
+    inherit it). The `starters` (the processes that start pgscope: tests/cli.py cli_processes)
     join the group first, so everything they start (pgscope, the clusters from their first
     moment) writes slowly, as on a slow disk: otherwise a cluster's first fifth of a second is
     unthrottled. Check `slow_writes_unavailable` first."""

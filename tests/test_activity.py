@@ -18,7 +18,8 @@ from pgscope.proc import server_account
 from pgscope.render.waits import live_view
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SMALL_SERVER, one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
+from tests.servers import SMALL_SERVER
 
 pytestmark = pytest.mark.server
 

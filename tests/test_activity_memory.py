@@ -26,7 +26,8 @@ from pgscope.collect.activitymem import BINARY, helper_binary, read_batch, untru
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SMALL_SERVER, pgscope
+from tests.cli import pgscope
+from tests.servers import SMALL_SERVER
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="reading another process's memory needs root"

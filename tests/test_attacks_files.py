@@ -31,7 +31,8 @@ import tomli_w
 import pgscope as pgscope_package
 from pgscope.errors import ExitCode
 from pgscope.target.embedded import EmbeddedCluster
-from tests.conftest import one_line_error, pgscope, run_doc
+from tests.cli import one_line_error, pgscope
+from tests.runs import run_doc
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the attacks are on what pgscope does as root"
@@ -386,7 +387,13 @@ def test_run_again_reads_only_the_folders_own_inputs(
 
 
 def dsn(cluster: EmbeddedCluster) -> str:
-    return f"host={cluster.socket_dir} port={cluster.port} user=postgres dbname=postgres"
+    """A read-only role's DSN (a user's script runs on --dsn only as a role that cannot
+    write: tests/test_attacks_readonly.py)."""
+    with cluster.connect() as session:
+        if not session.execute("SELECT 1 FROM pg_roles WHERE rolname = 'reader'").fetchone():
+            session.execute("CREATE ROLE reader LOGIN")
+            session.execute("GRANT pg_monitor TO reader")
+    return f"host={cluster.socket_dir} port={cluster.port} user=reader dbname=postgres"
 
 
 @pytest.mark.server

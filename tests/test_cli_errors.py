@@ -10,7 +10,7 @@ import pytest
 
 from pgscope.errors import ExitCode
 from pgscope.target.pgbin import find_binaries
-from tests.conftest import one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
 
 
 def test_help_and_version() -> None:
@@ -221,6 +221,35 @@ CASES = {
         "the range '8-1' is reversed",
     ),
     "bad --set": (lambda t: ["run", "--set", "work_mem"], ExitCode.SPEC, "expected NAME=VALUE"),
+    # A plan of ten million steps filled the memory (MemoryError, exit 1) before it said so.
+    "too many steps": (
+        lambda t: ["run", "--plan", "--clients", "1-10000", "--repeats", "1000"],
+        ExitCode.SPEC,
+        "the experiment has 10,000,000 steps (1 variant x 10000 client counts x 1000 "
+        "repeats); at most 10,000 can run",
+    ),
+    # `fit` read /dev/zero until the memory ran out.
+    "fit an endless binary file": (
+        lambda t: ["fit", "usl", "/dev/zero"],
+        ExitCode.SPEC,
+        "/dev/zero: binary (a NUL byte), not a CSV file of measurements",
+    ),
+    "fit a file too large": (
+        lambda t: ["fit", "usl", _write(t / "big.csv", b"1,100\n" * 800_000)],
+        ExitCode.SPEC,
+        "big.csv: more than 4 MiB; a CSV of measurements is a few lines",
+    ),
+    "fit a file that is not text": (
+        lambda t: ["fit", "usl", _write(t / "x.csv", b"1,100\n2,\xff\xfe\n")],
+        ExitCode.SPEC,
+        "x.csv: not a CSV text file: byte 0xff at offset 8 is not UTF-8",
+    ),
+    "sslpassword with a service": (
+        lambda t: ["run", "--plan", "--dsn", "service=app sslpassword=k3y"],
+        ExitCode.USAGE,
+        "--dsn: sslpassword with service=app: pgscope passes the SSL key's passphrase to "
+        "pgbench in a service file of its own",
+    ),
 }
 
 

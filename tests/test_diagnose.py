@@ -365,3 +365,74 @@ def test_advice_reads_the_run_it_is_given_for() -> None:
         for entry in rule.recommendations:
             text = entry if isinstance(entry, str) else entry["text"]
             assert not re.search(r"\((?:[a-z_]+\.)+[a-z_]+\)", text), (rule.id, text)
+
+
+def test_sessions_idle_in_their_transactions_open_the_verdict() -> None:
+    """Most of the sessions' time idle inside a transaction: every finding about the active
+    time is about the smaller part, and the verdict says so first; under half, it does not."""
+    facts = {
+        "wait__commit_flush": 0.6,
+        "sessions__idle_in_transaction": 0.68,
+        "sessions__idle": 0.70,
+        "wait__aas_per_client": 0.28,
+    }
+    diagnosis = diagnose([sheet(**facts), FactSheet(None, None)])
+    assert diagnosis.verdict.startswith(
+        "Client sessions are idle inside their transactions 68% of the time"
+    ), diagnosis.verdict
+    assert "active 28%" in diagnosis.verdict
+    assert diagnosis.findings[0].id == "commit-flush"  # the cause; the idle time is a symptom
+    few = {**facts, "sessions__idle_in_transaction": 0.3}
+    assert not diagnose([sheet(**few), FactSheet(None, None)]).verdict.startswith("Client")
+
+
+def test_no_finding_is_surer_than_the_session_time_it_could_win_back() -> None:
+    """A path holding 60% of the active time of sessions active 28% of their time wins back
+    17% of it at most: medium, with the reason; at 90% activity it stays high."""
+    from pgscope.analyze.account import Account, Node
+
+    def account(clients: int) -> Account:
+        commit = Node(
+            "statement",
+            "COMMIT (flushing its WAL)",
+            0.6,
+            6.0,
+            300,
+            "activity",
+            {"query_id": None, "event": "IO:WALSync", "commit": True},
+        )
+        event = Node(
+            "event",
+            "IO:WALSync",
+            0.6,
+            6.0,
+            300,
+            "activity",
+            {"class": "IO", "event": "WALSync"},
+            [commit],
+        )
+        cpu = Node("class", "CPU", 0.4, 4.0, 200, "activity", {"class": "CPU"})
+        io = Node("class", "IO", 0.6, 6.0, 300, "activity", {"class": "IO"}, [event])
+        root = Node("active", "active time", 1.0, 10.0, 500, "activity", {}, [io, cpu])
+        return Account("cell", "base", clients, None, root, 500, 250, 10.0)
+
+    for active, level in ((0.28, "medium"), (0.9, "high")):
+        facts = {"wait__commit_flush": 0.6, "wait__aas_per_client": active}
+        found = diagnose([sheet(**facts), FactSheet(None, None)], accounts=[account(8)])
+        flush = next(f for f in found.findings if f.id == "commit-flush")
+        assert flush.share == pytest.approx(0.6) and flush.confidence == level, flush
+        assert ("wins back at most 17%" in " ".join(flush.weakened_by)) == (level == "medium")
+
+
+def test_throughput_stops_growing_only_where_the_intervals_say_so() -> None:
+    made = {"scaling__best_clients": 2.0, "tps": 100.0}
+    for shown, words in (
+        (1.0, "Throughput stops growing at 2 clients."),
+        (0.0, "the intervals of the client counts up to it overlap"),
+        (None, "one repeat per client count"),
+    ):
+        facts = {**made, "wait__row_lock": 0.4}
+        if shown is not None:
+            facts["scaling__growth_shown"] = shown
+        verdict = diagnose([sheet(**facts), FactSheet(None, None)]).verdict
+        assert words in verdict, verdict

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pgscope.collect.elfprobes import list_probes
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import pgscope
+from tests.cli import pgscope
 
 
 def test_probes_are_read_from_the_stripped_server_binary(pg: PgBinaries) -> None:

@@ -16,7 +16,7 @@ from pgscope.proc import RunAs, child_pids, server_account
 from pgscope.target import embedded
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults, wait_for_exit
 from pgscope.target.pgbin import PgBinaries, find_binaries
-from tests.conftest import SMALL_SERVER
+from tests.servers import SMALL_SERVER
 
 
 def show(cluster: EmbeddedCluster, name: str) -> str:

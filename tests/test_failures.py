@@ -13,7 +13,8 @@ import pytest
 from pgscope.analyze.diagnose import Finding, evaluate, load_rules
 from pgscope.analyze.facts import Fact, FactSheet
 from pgscope.drive.pgbench import analyse_logs, workload_error
-from tests.conftest import diagnosis, pgscope, run_doc, top_finding
+from tests.cli import pgscope
+from tests.runs import diagnosis, run_doc, top_finding
 
 RULES, ADVICE = load_rules()
 RULE = next(r for r in RULES if r.id == "failing-transactions")

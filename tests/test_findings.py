@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import cli_processes, diagnosis, pgscope, run_doc, top_finding
+from tests.cli import cli_processes, pgscope
 from tests.plant import busy_neighbours, cold_page_cache, slow_writes, slow_writes_unavailable
 from tests.planted import CASES, COMMON, PARTITIONS, SLOW_WAL_DEVICE, spec_text
+from tests.runs import diagnosis, run_doc, top_finding
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 PLANTS = {

@@ -18,7 +18,8 @@ import pytest
 from pgscope.render.flame import speedscope_schema
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, pgscope
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS
+from tests.cli import pgscope
 
 FOLDED_LINE = re.compile(r"^(?P<stack>[^ ;][^\n]*) (?P<value>\d+)$")
 
@@ -149,7 +150,7 @@ def test_profile_command_writes_folded_speedscope_and_a_flame_graph(
 
 
 def test_profile_command_rejects_bad_targets(tmp_path: Path) -> None:
-    from tests.conftest import one_line_error
+    from tests.cli import one_line_error
 
     neither = pgscope("profile", "--duration", "1", "--results-dir", str(tmp_path))
     assert neither.returncode == 2

@@ -12,15 +12,8 @@ import duckdb
 import pytest
 
 from pgscope.runner.instances import split_clients
-from tests.conftest import (
-    one_line_error,
-    pgscope,
-    pgscope_temp_dirs,
-    server_processes,
-    start,
-    stop_within,
-    wait_for_line,
-)
+from tests.cli import one_line_error, pgscope, start, stop_within, wait_for_line
+from tests.suite import pgscope_temp_dirs, server_processes
 
 SPEC = """
 workload = "select-only"

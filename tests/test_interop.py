@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pgscope.store import RunMeta, RunStore
-from tests.conftest import pgscope
+from tests.cli import pgscope
 
 if TYPE_CHECKING:
     from pgscope.analyze.model import RunAnalysis

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import pgscope, run_doc
+from tests.cli import pgscope
+from tests.runs import run_doc
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 

@@ -22,14 +22,9 @@ from pgscope.analyze.diagnose import load_rules
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import (
-    SMALL_SERVER,
-    pgscope,
-    start,
-    stop_within,
-    top_finding,
-    wait_for_line,
-)
+from tests.cli import pgscope, start, stop_within, wait_for_line
+from tests.runs import top_finding
+from tests.servers import SMALL_SERVER
 from tests.test_perf_unavailable import as_postgres, postgres_dir, run_as_postgres
 
 __all__ = ["postgres_dir"]  # a fixture, used by name
@@ -151,6 +146,7 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
     judged = doc["diagnosis"]["worst_window"]
     assert judged is not None, doc["diagnosis"]
     assert expected in [f["id"] for f in judged["findings"]], judged
+    assert_account_as_far_as_the_settings_reach(doc, script)
     collectors = {c["name"]: c for c in doc["environment"]["collectors"]}
     assert {"activity", "pgstats", "statements", "pglocks", "host"} <= set(collectors)
     assert all(c["status"] == "complete" for c in collectors.values()), collectors
@@ -167,6 +163,36 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
     finally:
         db.close()
     assert not others, others
+
+
+def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node["children"]:
+        yield from nodes(child)
+
+
+def assert_account_as_far_as_the_settings_reach(doc: dict[str, Any], script: str) -> None:
+    """Issue 29: the server runs pg_stat_statements with its defaults and no auto_explain, as
+    most do. The account follows the time from the waits to the planted statement, and names
+    each branch it could not follow with the setting that would open it."""
+    whole = next(a for a in doc["accounts"] if a["scope"] == "whole")
+    print("\n" + json.dumps({k: whole[k] for k in ("samples", "seconds", "closed")}, indent=1))
+    assert abs(sum(c["share"] for c in whole["root"]["children"]) - 1) <= 0.01, whole["root"]
+    texts = [n["detail"]["text"] for n in nodes(whole["root"]) if n["kind"] == "statement"]
+    planted = "update counters" if script == "bump.sql" else "pg_advisory_xact_lock"
+    assert any(planted in (t or "") for t in texts), texts
+    closed = {c["branch"]: c for c in whole["closed"]}
+    # pg_stat_statements' own defaults: planning untimed, nested statements uncounted.
+    assert closed["planning time"]["opens"] == "pg_stat_statements.track_planning = on"
+    assert "track_planning = off" in closed["planning time"]["why"]
+    assert closed["nested statements"]["opens"] == "pg_stat_statements.track = all"
+    assert "track_functions" in closed["functions"]["opens"]
+    # Plans are never sampled on a server pgscope did not start: what would do it is said.
+    assert "auto_explain" in closed["plan nodes"]["opens"]
+    assert "statements" not in closed, "pg_stat_statements is installed and was read"
+    # Every branch not named closed was followed, or had nothing to follow.
+    assert set(closed) <= {"planning time", "nested statements", "functions", "I/O time",
+                           "plan nodes"}, closed  # fmt: skip
 
 
 def pgscope_statements(log: Path) -> list[tuple[str, str]]:
@@ -372,7 +398,8 @@ def test_ctrl_c_keeps_the_windows_so_far_and_says_so(
     watched: EmbeddedCluster, tmp_path: Path
 ) -> None:
     """An idle server, interrupted after a few windows: exit 130 within seconds, and the run
-    folder holds the windows observed, each `idle`, with its summary and report."""
+    folder holds the windows observed, each `idle` (the last, cut short, may be `short`), with
+    its summary and report."""
     watcher = start(
         [
             "observe", "--dsn", monitor_dsn(watched), "--duration", "120", "--window", "1",
@@ -389,5 +416,8 @@ def test_ctrl_c_keeps_the_windows_so_far_and_says_so(
     assert summary["status"] == "interrupted"
     windows = summary["observation"]["windows"]
     assert len(windows) >= 2, windows
-    assert {w["status"] for w in windows} == {"idle"}, windows
+    assert {w["status"] for w in windows[:-1]} == {"idle"}, windows
+    # The last one ends at the Ctrl-C: under half a window, it is `short`.
+    last = windows[-1]
+    assert last["status"] == ("short" if last["seconds"] < 0.5 else "idle"), last
     assert (run_dir / "report.html").is_file()

@@ -17,6 +17,7 @@ from rich.console import Console
 from pgscope.analyze import live, waits
 from pgscope.analyze.load import load_analysis
 from pgscope.analyze.model import RunAnalysis, from_document, to_document
+from pgscope.duck import connect
 from pgscope.render.console import print_summary
 from pgscope.render.waits import live_view
 from pgscope.store import RunStore
@@ -32,7 +33,12 @@ PILE_UP = 5  # the window (step id) of the planted lock pile-up
 COMMITS_PER_S = 2000.0
 
 
-def observation_store(run_dir: Path, pile_up: bool) -> None:
+def observation_store(
+    run_dir: Path, pile_up: bool, closing: str = "at the end", last_s: float = WINDOW_S
+) -> None:
+    """The store as `observe` leaves it. `closing`: "at the end" (every window at once),
+    "as they end" (one at a time, as `observe` does), or "killed" (the last window never
+    closed, the run never finished). `last_s`: the last window's length."""
     store = observation_begun(run_dir, T0, "test")
     db = store.db
     pile_from, pile_to = (PILE_UP - 1) * WINDOW_S * HZ, PILE_UP * WINDOW_S * HZ
@@ -57,22 +63,34 @@ def observation_store(run_dir: Path, pile_up: bool) -> None:
     commits = 0.0
     for w in range(1, WINDOWS + 1):
         start, end = T0 + (w - 1) * WINDOW_S * 1_000_000, T0 + w * WINDOW_S * 1_000_000
+        if w == WINDOWS:
+            end = start + int(last_s * 1_000_000)
         rate = COMMITS_PER_S / 10 if pile_up and w == PILE_UP else COMMITS_PER_S
+        seconds = (end - start) / 1e6
         db.execute(
             "INSERT INTO steps (step_id, variant, clients, repeat, duration_s, started_us, "
-            "ended_us, status) VALUES (?, ?, 0, 1, ?, ?, ?, 'ok')",
-            [w, VARIANT, WINDOW_S, start, end - 1],
+            "ended_us, status) VALUES (?, ?, 0, 1, ?, ?, ?, 'running')",
+            [w, VARIANT, WINDOW_S, start, end],
         )
-        for mark, ts, value in (("start", start, commits), ("end", end - 1, commits + rate * 5)):
+        # Windows share their edges: one snapshot ends a window and begins the next.
+        for mark, ts, value in (("start", start, commits), ("end", end, commits + rate * seconds)):
             db.execute(
                 "INSERT INTO pgstats_counters VALUES (?, 'pg_stat_database', 'app', "
                 "'xact_commit', ?, ?, ?)",
                 [ts, value, w, mark],
             )
-        commits += rate * WINDOW_S
+        commits += rate * seconds
+    if closing == "as they end":
+        for w in range(1, WINDOWS + 1):
+            close_windows(store, [w])
+    elif closing == "killed":
+        close_windows(store, list(range(1, WINDOWS)))
+        store.close()  # no status, no collector stopped: as a SIGKILL leaves it
+        return
+    else:
+        close_windows(store)
     store.collector_stopped("activity", "complete")
     store.collector_stopped("pgstats", "complete")
-    close_windows(store)
     store.finish_run("complete")
     store.close()
 
@@ -172,3 +190,90 @@ def test_the_live_view_leads_with_the_finding_of_its_last_seconds(tmp_path: Path
     console = Console(record=True, width=120)
     console.print(live_view(analysis, 12, 60, 10, "observe", "none yet"))
     assert "leading finding, last 10 s: none yet" in console.export_text()
+
+
+def closed_figures(run_dir: Path) -> dict[str, list[tuple[object, ...]]]:
+    store = RunStore.open(run_dir)
+    try:
+        return {
+            "steps": store.db.execute(
+                "SELECT step_id, status, clients, tps, xacts, window_start_us, window_end_us "
+                "FROM steps ORDER BY step_id"
+            ).fetchall(),
+            "windows": store.db.execute("SELECT * FROM windows ORDER BY step_id").fetchall(),
+            "timeline": store.db.execute(
+                "SELECT step_id, ts_us, tps FROM timeline ORDER BY ts_us"
+            ).fetchall(),
+        }
+    finally:
+        store.close()
+
+
+def test_windows_closed_one_at_a_time_have_the_figures_of_windows_closed_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """`observe` closes each window as it ends, with the same SQL restricted to it: the
+    figures are those of every window closed at once."""
+    for closing in ("at the end", "as they end"):
+        observation_store(tmp_path / closing, pile_up=True, closing=closing)
+    at_end, as_they_end = (
+        closed_figures(tmp_path / "at the end"),
+        closed_figures(tmp_path / "as they end"),
+    )
+    assert at_end == as_they_end
+    assert [row[1] for row in at_end["steps"]] == ["ok"] * WINDOWS
+    assert len(at_end["timeline"]) == WINDOWS  # one rate per window: its edges' snapshots
+
+
+def test_a_short_last_window_is_kept_and_never_the_worst(tmp_path: Path) -> None:
+    """Issue 30: a 3.8-s last window of 10-s ones became the worst. A window under half its
+    planned length is `short`: kept with its figures, neither a cell, an outlier nor the
+    worst window, even when its commits/s are the lowest."""
+    run_dir = tmp_path / "short"
+    observation_store(run_dir, pile_up=False, last_s=1.5)
+    store = RunStore.open(run_dir)
+    try:
+        # Its commits lag, as a window's few seconds can: the fewest per session of all.
+        store.db.close()
+        store.db = connect(str(run_dir / "run.duckdb"))
+        store.db.execute("UPDATE steps SET tps = tps / 10 WHERE step_id = ?", [WINDOWS])
+    finally:
+        store.close()
+    analysis = load_analysis(run_dir, bootstrap=20)
+    observed = analysis.observation
+    assert observed is not None
+    last = observed.windows[-1]
+    assert last.status == "short" and last.tps == pytest.approx(COMMITS_PER_S / 10), last
+    assert last.seconds == pytest.approx(1.5)
+    assert observed.worst_window != WINDOWS and observed.worst_window is not None
+    assert WINDOWS not in observed.outliers
+    [cell] = [c for c in analysis.scalability.cells if c.repeats]
+    assert cell.repeats == WINDOWS - 1
+    # A last window of half the length or more is an ordinary one.
+    observation_store(tmp_path / "half", pile_up=False, last_s=WINDOW_S / 2)
+    half = load_analysis(tmp_path / "half", bootstrap=20).observation
+    assert half is not None and half.windows[-1].status == "ok"
+
+
+def test_a_killed_observation_is_read_from_the_windows_it_closed(tmp_path: Path) -> None:
+    """Issue 27: `report` of a killed observation said "Nothing to diagnose". Each window was
+    closed as it ended: the analysis reads them, says the observation was interrupted and how
+    many windows it kept, and the window never closed is `cut`, out of every judgement."""
+    run_dir = tmp_path / "killed"
+    observation_store(run_dir, pile_up=True, closing="killed")
+    analysis = load_analysis(run_dir, bootstrap=20)
+    assert analysis.status == "interrupted"
+    assert analysis.status_reason == (
+        f"the observation ended without finishing (killed?); the {WINDOWS - 1} windows closed "
+        f"before are kept"
+    )
+    observed = analysis.observation
+    assert observed is not None
+    assert [w.status for w in observed.windows] == ["ok"] * (WINDOWS - 1) + ["cut"]
+    assert observed.outliers == [PILE_UP] and observed.worst_window == PILE_UP
+    [cell] = [c for c in analysis.scalability.cells if c.repeats]
+    assert cell.repeats == WINDOWS - 1
+    assert analysis.diagnosis is not None
+    assert not analysis.diagnosis.verdict.startswith("Nothing to diagnose")
+    assert analysis.diagnosis.worst_window is not None
+    assert analysis.diagnosis.worst_window.findings[0].id == "object-lock-queue"

@@ -16,7 +16,7 @@ import pytest
 
 from pgscope.analyze.profile import Profile, load_profile, recordings
 from pgscope.store import RunStore
-from tests.conftest import pgscope
+from tests.cli import pgscope
 
 pytestmark = [
     pytest.mark.server,

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CHROMIUM, pgscope, run_doc
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS
+from tests.cli import pgscope
 from tests.planted import CASES, spec_text
+from tests.runs import run_doc
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed")
@@ -128,8 +130,6 @@ def test_the_capacity_at_an_objective_is_in_the_verdict_the_summary_and_the_char
 
 def _chart_draws_the_capacity(report: Path, estimate: dict[str, Any]) -> None:
     from playwright.sync_api import sync_playwright
-
-    from tests.conftest import CHROMIUM_FLAGS
 
     errors: list[str] = []
     with sync_playwright() as p:

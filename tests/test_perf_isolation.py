@@ -25,7 +25,7 @@ from pgscope.store import RunStore
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.local import LocalServer
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SMALL_SERVER
+from tests.servers import SMALL_SERVER
 from tests.test_flame_profile_cli import pgbench_argv
 
 FORK = re.compile(r"PERF_RECORD_FORK\((?P<child>\d+):\d+\):\((?P<parent>\d+):\d+\)")

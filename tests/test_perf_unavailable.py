@@ -17,7 +17,8 @@ import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SESSION_TMP, one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
+from tests.suite import SESSION_TMP
 
 ROOT = Path(__file__).parent.parent
 SITE = (

@@ -12,7 +12,7 @@ import pytest
 
 from pgscope.analyze import pgstats
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
 
 SPEC = """
 workload = "tpcb-like"

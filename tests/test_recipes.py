@@ -21,8 +21,9 @@ import pytest
 from pgscope.analyze.profile import differential, load_profile, recordings, steps_of
 from pgscope.render.flame import diff_flame_html
 from pgscope.store import RunStore
-from tests.conftest import diagnosis, pgscope, run_doc, top_finding
+from tests.cli import pgscope
 from tests.plant import slow_writes, slow_writes_unavailable
+from tests.runs import diagnosis, run_doc, top_finding
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 SHRINK = ["--quick", "--warmup", "1", "--repeats", "1"]

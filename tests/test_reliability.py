@@ -21,16 +21,9 @@ import pytest
 from pgscope.collect.roles import process_role
 from pgscope.proc import child_pids
 from pgscope.target.embedded import EmbeddedCluster
-from tests.conftest import (
-    describe,
-    one_line_error,
-    pgscope,
-    server_processes,
-    start,
-    stop_within,
-    tmpfs,
-    wait_for_line,
-)
+from tests.cli import one_line_error, pgscope, start, stop_within, wait_for_line
+from tests.servers import tmpfs
+from tests.suite import describe, server_processes
 
 CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace")) and bool(shutil.which("perf"))
 BASE = ["--set", "shared_buffers=128MB", "--warmup", "1", "--repeats", "1"]

@@ -17,7 +17,9 @@ import duckdb
 import pytest
 
 from pgscope.errors import ExitCode
-from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, one_line_error, pgscope, tmpfs
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS
+from tests.cli import one_line_error, pgscope
+from tests.servers import tmpfs
 
 SECTIONS = (
     "verdict",
@@ -279,7 +281,7 @@ def test_report_text_and_json_come_from_the_same_analysis(sweep: Path) -> None:
 def test_a_report_without_tracing_or_profiling_says_why(
     reference_run: tuple[Path, dict[str, Any]],
 ) -> None:
-    # The reference run (tests/conftest.py) asks for usdt and perf with neither on PATH.
+    # The reference run (tests/runs.py) asks for usdt and perf with neither on PATH.
     run_dir = reference_run[0]
     seen = open_in_chromium(run_dir / "report.html")
     assert seen["errors"] == []

@@ -18,7 +18,7 @@ from pgscope.errors import ExitCode
 from pgscope.labels import setting_label
 from pgscope.runner.reproduce import keep_spec
 from pgscope.spec import load_spec
-from tests.conftest import one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
 from tests.stores import measured_run
 
 SCRIPT = "\\set id random(1, 100)\nSELECT v FROM kv WHERE id = :id;\n"

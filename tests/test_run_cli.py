@@ -12,14 +12,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.conftest import pgscope, server_processes
+from tests.cli import pgscope
+from tests.suite import server_processes
 
 SHORT = ["--duration", "2", "--warmup", "1", "--set", "shared_buffers=128MB"]
 
 
 @pytest.fixture(scope="module")
 def finished_run(reference_run: tuple[Path, dict]) -> tuple[Path, dict]:
-    """The session's reference run (tests/conftest.py): `pgscope run scaling --clients 1,2,3
+    """The session's reference run (tests/runs.py): `pgscope run scaling --clients 1,2,3
     --repeats 2`, SHORT's timing and settings, at scale 2."""
     return reference_run
 

@@ -15,13 +15,23 @@ import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
 
 SHORT = ["--duration", "1", "--warmup", "0", "--repeats", "1"]
 
 
 def dsn(cluster: EmbeddedCluster, extra: str = "") -> str:
     return f"host={cluster.socket_dir} port={cluster.port} user=postgres dbname=postgres {extra}"
+
+
+def reader_dsn(cluster: EmbeddedCluster, extra: str = "", grant: str = "") -> str:
+    """A role that can only read (pg_monitor, and `grant`): user scripts run only as one."""
+    with cluster.connect() as conn:
+        conn.execute("CREATE ROLE reader LOGIN")
+        conn.execute("GRANT pg_monitor TO reader")
+        if grant:
+            conn.execute(grant)
+    return dsn(cluster, extra).replace("user=postgres", "user=reader")
 
 
 def user_tables(cluster: EmbeddedCluster) -> list[str]:
@@ -57,6 +67,8 @@ def test_write_workload_is_refused_and_nothing_is_created(
 
 
 def test_read_only_workload_needs_existing_tables(cluster: EmbeddedCluster, tmp_path: Path) -> None:
+    """Said before a run folder exists (`--scale 5 --dsn` used to make one first)."""
+    results = tmp_path / "r"
     result = pgscope(
         "run",
         "scaling",
@@ -66,13 +78,14 @@ def test_read_only_workload_needs_existing_tables(cluster: EmbeddedCluster, tmp_
         "1,2,3",
         *SHORT,
         "--scale",
-        "1",
+        "5",
         "--results-dir",
-        str(tmp_path),
+        str(results),
     )
     assert result.returncode == 6
-    assert "pgbench tables at scale 1 are needed but they do not exist" in one_line_error(result)
+    assert "pgbench tables at scale 5 are needed but they do not exist" in one_line_error(result)
     assert user_tables(cluster) == []
+    assert not results.exists(), "refused before any run folder is made"
 
 
 def test_settings_and_variants_are_never_applied(cluster: EmbeddedCluster, tmp_path: Path) -> None:
@@ -135,23 +148,33 @@ def test_allow_writes_initialises_then_read_only_runs_and_no_password_is_kept(
     )
     assert read.returncode == 0, read.stderr
     assert all(s["status"] == "ok" for s in json.loads(read.stdout)["steps"])
+    # The built-in read-only workload runs as a role that could write, and says so.
+    assert (
+        'role "postgres" is a superuser; the built-in select-only workload runs under the '
+        "read-only guard only (a user script would be refused)"
+    ) in read.stderr
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), f"password found in {path}"
     assert secret not in written.stdout + written.stderr + read.stdout + read.stderr
 
 
+# What a role that can only read may still write: a temporary table of its session's own
+# (every role has TEMP on the database). The read-only guard stops that too.
+TEMP_WRITE = "CREATE TEMP TABLE IF NOT EXISTS scratch (id int);\nINSERT INTO scratch VALUES (1);\n"
+
+
 def test_writing_script_without_allow_writes_is_stopped_by_the_server(
     cluster: EmbeddedCluster, tmp_path: Path
 ) -> None:
-    with cluster.connect() as conn:
-        conn.execute("CREATE TABLE t (id int)")
+    """Behind the role that cannot write, the read-only guard still holds: the server rejects
+    the temporary table even such a role may create."""
     script = tmp_path / "insert.sql"
-    script.write_text("INSERT INTO t VALUES (1);\n")
+    script.write_text(TEMP_WRITE)
     result = pgscope(
         "run",
         "--dsn",
-        dsn(cluster),
+        reader_dsn(cluster),
         "--script",
         str(script),
         "--scale",
@@ -167,8 +190,6 @@ def test_writing_script_without_allow_writes_is_stopped_by_the_server(
     assert "all 3 steps failed" in one_line_error(result)
     steps = json.loads(result.stdout)["steps"]
     assert all("read-only transaction" in (s["error"] or "") for s in steps)
-    with cluster.connect() as conn:
-        assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
 
 
 def test_a_dsn_options_entry_cannot_lift_the_read_only_guard(
@@ -176,14 +197,12 @@ def test_a_dsn_options_entry_cannot_lift_the_read_only_guard(
 ) -> None:
     """`options=` in the DSN used to win over PGOPTIONS (a plain INSERT script wrote 130
     rows): the guard now goes last in the connection string pgbench uses."""
-    with cluster.connect() as conn:
-        conn.execute("CREATE TABLE hits (id int)")
     script = tmp_path / "insert.sql"
-    script.write_text("INSERT INTO hits VALUES (1);\n")
+    script.write_text(TEMP_WRITE)
     result = pgscope(
         "run",
         "--dsn",
-        dsn(cluster, "options='-c default_transaction_read_only=off'"),
+        reader_dsn(cluster, "options='-c default_transaction_read_only=off'"),
         "--script",
         str(script),
         "--scale",
@@ -194,10 +213,8 @@ def test_a_dsn_options_entry_cannot_lift_the_read_only_guard(
         "--results-dir",
         str(tmp_path / "r"),
     )
-    with cluster.connect() as conn:
-        row = conn.execute("SELECT count(*) FROM hits").fetchone()
-    assert row == (0,), f"the server took writes: {row}; {result.stderr[-1500:]}"
-    assert "read-only transaction" in result.stderr or "read-only" in result.stdout
+    assert result.returncode == 7, result.stderr[-1500:]
+    assert "cannot execute CREATE TABLE in a read-only transaction" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -267,7 +284,7 @@ def test_a_users_server_gets_no_kernel_tracing_unless_asked(
     import duckdb
 
     subprocess_run = pgscope(
-        "run", "--dsn", dsn(cluster), "--clients", "1", "--scale", "0", "--script",
+        "run", "--dsn", reader_dsn(cluster), "--clients", "1", "--scale", "0", "--script",
         str(_select_one(tmp_path)), *SHORT, "--results-dir", str(tmp_path / "r"), "--json",
     )  # fmt: skip
     assert subprocess_run.returncode == 0, subprocess_run.stderr[-1500:]
@@ -497,7 +514,8 @@ def test_a_server_without_pg_stat_statements_is_diagnosed_from_what_it_has(
     script = tmp_path / "lookup.sql"
     script.write_text("\\set k random(1, 100000)\nSELECT id, pad FROM items WHERE val = :k;\n")
     result = pgscope(
-        "run", "--dsn", dsn(cluster), "--script", str(script), "--scale", "0",
+        "run", "--dsn", reader_dsn(cluster, grant="GRANT SELECT ON items TO reader"),
+        "--script", str(script), "--scale", "0",
         "--clients", "2", "--duration", "3", "--warmup", "1", "--repeats", "1",
         "--collectors", "activity,pgstats,host,statements", "--json",
         "--results-dir", str(tmp_path / "r"),

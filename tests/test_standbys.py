@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.conftest import one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
 
 SYNCREP = """
 scale = 0
@@ -95,7 +95,7 @@ def test_ctrl_c_with_standbys_running_leaves_nothing(tmp_path: Path) -> None:
     import sys
     import time
 
-    from tests.conftest import pgscope_temp_dirs, server_processes
+    from tests.suite import pgscope_temp_dirs, server_processes
 
     (tmp_path / "schema.sql").write_text(
         "create table test(id serial primary key, info text, crt_time timestamp);\n"

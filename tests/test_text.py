@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pgscope.words import counted, n_clients, plain
-from tests.conftest import pgscope
+from tests.cli import pgscope
 from tests.stores import measured_run
 
 SRC = Path(__file__).parent.parent / "src" / "pgscope"

@@ -27,7 +27,8 @@ from pgscope.session import SessionTarget, collect
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.local import LocalServer
 from pgscope.target.pgbin import PgBinaries, find_binaries
-from tests.conftest import SMALL_SERVER, one_line_error, pgscope, wait_for_line
+from tests.cli import one_line_error, pgscope, wait_for_line
+from tests.servers import SMALL_SERVER
 
 _ENV = CollectorEnv(find_binaries(), "embedded", None, os.geteuid() == 0)
 _AVAILABLE = UsdtCollector.check(_ENV)

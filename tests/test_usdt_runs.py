@@ -23,7 +23,7 @@ from pgscope.runner.run import RunOptions, execute
 from pgscope.spec import load_spec
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import pgscope as run_cli
+from tests.cli import pgscope as run_cli
 from tests.test_usdt import needs_tracing
 
 

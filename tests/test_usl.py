@@ -9,7 +9,8 @@ import pytest
 
 from pgscope.analyze.usl import fit_usl, read_csv, usl
 from pgscope.errors import InputFileError
-from tests.conftest import DATA, one_line_error, pgscope
+from tests.cli import one_line_error, pgscope
+from tests.runs import DATA
 
 
 def rel(a: float, b: float) -> float:

@@ -19,9 +19,11 @@ from pgscope.analyze.waits import renamed_waits
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.conftest import SMALL_SERVER, diagnosis, pg_of_major, pgscope, run_doc, top_finding
+from tests.cli import pgscope
 from tests.plant import slow_writes, slow_writes_unavailable
 from tests.planted import CASES, spec_text
+from tests.runs import diagnosis, run_doc, top_finding
+from tests.servers import SMALL_SERVER, pg_of_major
 
 # Each reads the waits (17 renamed IO:WALSync), the counters (17 and 18 moved them) and the
 # CPU the same way on every version; 15's run of each is tests/test_findings.py's.

@@ -16,7 +16,7 @@ from pgscope.collect.waitnames import (
     _stored,
     number_name,
 )
-from tests.conftest import pg_of_major
+from tests.servers import pg_of_major
 
 CLIENT_READ = 0x06000000
 WAL_SYNC = 0x0A000000 | 70  # 15's number for IO:WALSync (pg_wait_sampling calls it so)

@@ -121,13 +121,38 @@ def _private_folder(folder: Path) -> Iterator[tuple[int, int]]:
                 folder.rmdir()
 
 
+# A spreadsheet takes a cell that starts with one of these for a formula (=HYPERLINK(...),
+# a DDE call): a query text or an application name is anyone's who can connect to the server.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _rows(table: str, fmt: str) -> str:
+    """What to copy out of `table`: as it is, or for CSV with every text cell a spreadsheet
+    would evaluate prefixed with `'`, which makes it text (OWASP's advice on CSV injection);
+    numbers and the other types are left alone. The columns are the table's declared ones."""
+    name = '"' + table.replace('"', '""') + '"'
+    if fmt != "csv":
+        return name
+    starts = ", ".join(f"chr({ord(c)})" for c in FORMULA_STARTS)
+    selected = []
+    for column in tables.of(table).columns:
+        quoted = f'"{column.name}"'
+        if column.type == "VARCHAR":
+            quoted = (
+                f"CASE WHEN left({quoted}, 1) IN ({starts}) THEN chr(39) || {quoted} "
+                f"ELSE {quoted} END AS {quoted}"
+            )
+        selected.append(quoted)
+    return f"(SELECT {', '.join(selected)} FROM {name})"
+
+
 def _copy(db: duckdb.DuckDBPyConnection, table: str, path: Path, fmt: str, shown: Path) -> int:
     """`table` (a declared table: a plain name, quoted all the same) into `path`; its row
     count. `shown`: where the user will find it, for a message."""
     quoted = '"' + table.replace('"', '""') + '"'
     target = "'" + str(path).replace("'", "''") + "'"
     try:
-        db.execute(f"COPY {quoted} TO {target} {FORMATS[fmt]}")
+        db.execute(f"COPY {_rows(table, fmt)} TO {target} {FORMATS[fmt]}")
     except (OSError, duckdb.IOException) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0]
         raise EnvironmentProblem(f"cannot write {shown}: {reason or exc}") from None

@@ -54,6 +54,9 @@ PGSCOPE_KEYS = {
     "settings, and split each step's clients between them",
 }
 MAX_CLIENTS = 10000
+# Steps in one run: 10,000 of a second each take seven hours; beyond, the plan itself (and its
+# JSON) would fill the memory before anything ran (--clients 1-10000 --repeats 1000 did).
+MAX_STEPS = 10000
 # The shortest measured step: pgbench's -T counts whole seconds from 1.
 MIN_DURATION_S = 1.0
 # `pgscope.define.NAME = value` in settings or a variant: pgbench -D NAME=value (a variable

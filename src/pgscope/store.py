@@ -7,10 +7,13 @@ three steps still has those three steps. Time is UTC epoch microseconds (BIGINT)
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,11 @@ from pgscope.errors import EnvironmentProblem, InputFileError
 __all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
 
 STORE_FILE = "run.duckdb"
+# Room kept on the results disk for a session's last rows when the disk fills (its status, the
+# window cut short): a file of this size in the run folder, removed to make that room.
+RESERVE_FILE = ".reserve"
+RESERVE_BYTES = 2 << 20
+
 STEP_RESULT_COLUMNS = (
     "window_start_us",
     "window_end_us",
@@ -218,6 +226,52 @@ class RunStore:
     def close(self) -> None:
         self.db.close()
 
+    # -- a full disk ------------------------------------------------------------------------
+
+    def reserve(self) -> None:
+        """Keep RESERVE_BYTES of the results disk for `last_writes`. OSError (ENOSPC) when
+        even that much is not free; where the file system cannot reserve room (another
+        error), the session goes on without."""
+        try:
+            fd = os.open(self.run_dir / RESERVE_FILE, os.O_CREAT | os.O_WRONLY, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.release_reserve()
+            if exc.errno == errno.ENOSPC:
+                raise
+
+    def release_reserve(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / RESERVE_FILE).unlink()
+
+    def last_writes(self, writes: Callable[[RunStore], None]) -> bool:
+        """After the disk filled: the reserve given back, then `writes` (a few small rows,
+        written so that writing them twice does no harm). They go to the write-ahead log
+        alone: a checkpoint needs room for every row not yet in the file, and each reader
+        replays the log. A checkpoint that failed for want of room has invalidated the
+        database: it is opened again (its log replayed) and the rows written there. False
+        when even that failed."""
+        self.release_reserve()
+        for attempt in (1, 2):
+            try:
+                self.db.execute("SET wal_autocheckpoint = '1TB'")
+                writes(self)
+                self.db.execute("PRAGMA disable_checkpoint_on_shutdown")
+                return True
+            except duckdb.Error:
+                if attempt == 2:
+                    return False
+                with contextlib.suppress(duckdb.Error):
+                    self.db.close()
+                try:
+                    self.db = connect(str(self.run_dir / STORE_FILE))
+                except duckdb.Error:
+                    return False
+        return False
+
     # -- writing ----------------------------------------------------------------------------
 
     def set_server(self, version: str, version_num: int) -> None:
@@ -260,9 +314,11 @@ class RunStore:
         rate: float | None = None,
         rate_share: float | None = None,
         latency_limit_ms: float | None = None,
+        at_us: int | None = None,
     ) -> None:
-        """A step's row as planned; `rate` (tps offered, pgbench -R) for an open-loop step,
-        with the share of the peak it was given as and pgbench's --latency-limit."""
+        """A step begun, now or at `at_us` (an observation's window begins where the last
+        one ended); `rate` (tps offered, pgbench -R) for an open-loop step, with the share of
+        the peak it was given as and pgbench's --latency-limit."""
         self.db.execute(
             "INSERT INTO steps (step_id, variant, clients, repeat, threads, duration_s, warmup_s,"
             " started_us, status, server_restarted, rate, rate_share, latency_limit_ms) "
@@ -275,7 +331,7 @@ class RunStore:
                 threads,
                 duration_s,
                 warmup_s,
-                now_us(),
+                at_us or now_us(),
                 server_restarted,
                 rate,
                 rate_share,
@@ -368,15 +424,21 @@ class RunStore:
         )
 
     def finish_step(
-        self, step_id: int, status: str, error: str | None, results: dict[str, Any]
+        self,
+        step_id: int,
+        status: str,
+        error: str | None,
+        results: dict[str, Any],
+        at_us: int | None = None,
     ) -> None:
+        """A step ended, now or at `at_us`."""
         unknown = set(results) - set(STEP_RESULT_COLUMNS)
         assert not unknown, f"not step result columns: {unknown}"
         columns = ["ended_us", "status", "error", *results]
         assignments = ", ".join(f"{c} = ?" for c in columns)
         self.db.execute(
             f"UPDATE steps SET {assignments} WHERE step_id = ?",
-            [now_us(), status, error, *results.values(), step_id],
+            [at_us or now_us(), status, error, *results.values(), step_id],
         )
 
     # -- reading ----------------------------------------------------------------------------

@@ -1,8 +1,27 @@
-"""Counts in words, for every text pgscope writes: "1 client", "8 clients"."""
+"""Counts in words, for every text pgscope writes: "1 client", "8 clients"; and text from
+the database made inert before a terminal shows it."""
 
 from __future__ import annotations
 
 import math
+import re
+
+# What a terminal acts on instead of showing: the C0 controls but line feed and tab (ESC
+# starts a sequence that can recolour, move the cursor, retitle the window or write a
+# hyperlink; BEL, backspace and carriage return rewrite what is shown), DEL, the C1 controls
+# (0x9b is CSI, ESC [ in one character), and the marks that reorder text right to left.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str) -> str:
+    """`text` with every character a terminal would act on written as its escape (`\\x1b`,
+    `\\u202e`): a query, an application name or a server's message shows, and does nothing."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def counted(n: float, noun: str, plural: str | None = None) -> str:

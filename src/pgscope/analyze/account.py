@@ -158,12 +158,46 @@ class _Scope:
         ).fetchone()
         self.seconds = float(row[0]) if row and row[0] else 0.0
         self.total = sum(n for *_, n in self.samples)
+        self.alias = self._alias()
+        self.samples = self._grouped_samples()
         self.statements = self._statements()
-        self.plans = (
-            plan_samples.read(db, set(step_ids)) if table_exists(db, "plan_samples") else {}
-        )
+        plans = plan_samples.read(db, set(step_ids)) if table_exists(db, "plan_samples") else {}
+        # One statement's plans: those of the id of its group sampled most often.
+        self.plans: dict[int, StatementPlans] = {}
+        for q, p in sorted(plans.items(), key=lambda kv: kv[1].executions):
+            self.plans[self.alias.get(q, q)] = p
         self.functions = self._functions()
         self.blockers = self._blockers(where) if table_exists(db, "activity_blockers") else {}
+
+    def _alias(self) -> dict[int, int]:
+        """Query ids of one text mapped to one of them (the one sampled most): a statement on
+        a temporary table gets a new id in each transaction that creates the table (the id
+        hashes the table's oid), and is still one statement to the reader."""
+        by_text: dict[str, list[int]] = defaultdict(list)
+        counts: dict[int, int] = defaultdict(int)
+        for _, _, q, n in self.samples:
+            if q is not None:
+                counts[q] += n
+        ids = {s.queryid for s in self.section.statements if s.step_id in set(self.step_ids)}
+        for q in ids | set(counts):
+            text = self.texts.get(q)
+            if text:
+                by_text[" ".join(text.split())].append(q)
+        alias = {}
+        for members in by_text.values():
+            if len(members) > 1:
+                first = max(members, key=lambda q: (counts.get(q, 0), -q))
+                alias.update({q: first for q in members})
+        return alias
+
+    def _grouped_samples(self) -> list[tuple[str, str, int | None, int]]:
+        grouped: dict[tuple[str, str, int | None], int] = defaultdict(int)
+        for t, e, q, n in self.samples:
+            grouped[(t, e, self.alias.get(q, q) if q is not None else None)] += n
+        return sorted(
+            ((t, e, q, n) for (t, e, q), n in grouped.items()),
+            key=lambda r: (-r[3], r[0], r[1], r[2] if r[2] is not None else 0),
+        )
 
     def seconds_of(self, share: float) -> float:
         return share * self.total / self.instants * self.seconds if self.instants else 0.0
@@ -174,7 +208,7 @@ class _Scope:
         for s in self.section.statements:
             if s.step_id not in steps or not s.toplevel:
                 continue
-            d = sums[s.queryid]
+            d = sums[self.alias.get(s.queryid, s.queryid)]
             for name in (
                 "calls",
                 "exec_ms",
@@ -268,7 +302,11 @@ def _quoted(text: str | None, width: int = 70) -> str:
 def _statement_name(query_id: int | None, text: str | None, event: str) -> str:
     if query_id is None:
         commit = COMMIT_WAITS.get(event)
-        return f"COMMIT ({commit})" if commit else "(no query id)"
+        return (
+            f"COMMIT ({commit})"
+            if commit
+            else "(no query id: a utility statement, or a commit's own work)"
+        )
     return f"query {query_id}: {_quoted(text) if text else '(text not kept)'}"
 
 
@@ -344,7 +382,13 @@ def _event(s: _Scope, label: str, queries: list[tuple[int | None, int]], total: 
         }
         if query_id is None and label in COMMIT_WAITS:
             detail["commit"] = True
-        children = _statement_children(s, query_id, label, share, n) if query_id is not None else []
+        children = (
+            _statement_children(s, query_id, label, share, n)
+            if query_id is not None
+            else _unnamed(s, share, n)
+            if label not in COMMIT_WAITS
+            else []
+        )
         if query_id is not None and label.startswith("Lock:"):
             children += _locks(s, query_id, label, share, n)
         elif query_id is None and label.startswith("Lock:"):
@@ -372,6 +416,44 @@ def _event(s: _Scope, label: str, queries: list[tuple[int | None, int]], total: 
         {"class": kind_class, "event": event or label},
         _sorted(statement_nodes),
     )
+
+
+def _unnamed(s: _Scope, share: float, samples: int) -> list[Node]:
+    """What samples without a query id were running, where the server can tell: statements
+    pg_stat_statements timed that no sample ever caught with their id (utility statements,
+    which PostgreSQL 15 gives none while they run: CREATE, VACUUM, a COMMIT's ON COMMIT DROP),
+    by their share of those statements' time."""
+    seen = {q for _, _, q, _ in s.samples if q is not None}
+    unseen = {q: st for q, st in s.statements.items() if q not in seen and st.exec_ms > 0}
+    whole = sum(st.exec_ms for st in unseen.values())
+    active_ms = s.seconds_of(1.0) * 1000
+    out = []
+    for query_id, stats in sorted(unseen.items(), key=lambda kv: -kv[1].exec_ms):
+        # Never more than the time the server measured for it: what it cannot account for
+        # stays unnamed (a COMMIT's own work is timed as no statement's).
+        below = min(share * stats.exec_ms / whole, stats.exec_ms / active_ms if active_ms else 0)
+        if below < share * MIN_CHILD_SHARE or below < 0.005 or query_id not in s.texts:
+            continue
+        text = s.texts[query_id]
+        out.append(
+            Node(
+                "statement",
+                _statement_name(query_id, text, ""),
+                below,
+                s.seconds_of(below),
+                samples,
+                "pg_stat_statements",
+                {
+                    "query_id": str(query_id),
+                    "text": text,
+                    "statement_kind": text.split(None, 1)[0].lower() if text else None,
+                    "inferred": "sampled without a query id; its share of the time "
+                    "pg_stat_statements measured for statements no sample caught",
+                    "ms_per_call": stats.exec_ms / stats.calls if stats.calls else None,
+                },
+            )
+        )
+    return out
 
 
 def _statement_children(
@@ -600,6 +682,9 @@ def _plan_node(s: _Scope, node: PlanNode, executions: int, share: float, samples
         "ms_per_execution": node.self_ms / per,
         "loops_per_execution": node.loops / per,
         "rows_per_execution": node.rows / per,
+        "input_rows_per_execution": node.input_rows / per,
+        # The share of its input a join keeps (a join that keeps little reads much for it).
+        "join_selectivity": node.rows / node.input_rows if node.input_rows else None,
         "removed_per_execution": node.removed / per,
         "removed_share": node.removed_share,
         "estimated_rows": node.estimated_rows,

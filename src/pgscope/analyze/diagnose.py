@@ -43,9 +43,9 @@ from pgscope.analyze.facts.account import (
     PATH_STATEMENT_SHARE,
 )
 from pgscope.analyze.facts.cell import TPS
-from pgscope.analyze.facts.scaling import BEST_CLIENTS
+from pgscope.analyze.facts.scaling import BEST_CLIENTS, GROWTH_SHOWN
 from pgscope.analyze.facts.variants import LOSS
-from pgscope.analyze.facts.waits import SHARE
+from pgscope.analyze.facts.waits import AAS_PER_CLIENT, IDLE_IN_TRANSACTION, SHARE
 from pgscope.analyze.facts.work import TOP_SHARE
 from pgscope.analyze.model import (
     Diagnosis,
@@ -289,6 +289,7 @@ def diagnose(
             finding.breadth = len(mine) / len(targets)
         findings += mine
     findings += from_paths
+    _bounded_by_session_time(findings, variant_sheets)
     loss = {s.variant: s.value(LOSS.name) or 0.0 for s in variant_sheets}
     symptoms = {r.id for r in rules if r.symptom}
     lost = {r.id for r in rules if r.lost_work}
@@ -322,6 +323,32 @@ def diagnose(
     return Diagnosis(verdict, reported, not_assessed, weak)
 
 
+# What a finding about active time can win back is its share of active time times the share
+# of the sessions' time they are active: a cause of 60% of the active time of sessions active
+# a quarter of their time wins back 15% at most. High confidence needs this much of it,
+# medium this much.
+WON_BACK = {"high": 0.25, "medium": 0.1}
+
+
+def _bounded_by_session_time(findings: list[Finding], sheets: list[FactSheet]) -> None:
+    """No finding about active time claims more confidence than the share of the sessions'
+    time it could win back allows."""
+    active = {s.variant: s.value(AAS_PER_CLIENT.name) for s in sheets}
+    for f in findings:
+        fraction = active.get(f.variant)
+        if f.share is None or fraction is None or fraction >= 1:
+            continue
+        won = f.share * fraction
+        level = LEVELS.index(f.confidence)
+        allowed = 2 if won >= WON_BACK["high"] else 1 if won >= WON_BACK["medium"] else 0
+        if allowed < level:
+            f.confidence = LEVELS[allowed]
+            f.weakened_by.append(
+                f"it holds {f.share:.0%} of the active time, but the sessions are active "
+                f"{fraction:.0%} of their time: removing it wins back at most {won:.0%} of it"
+            )
+
+
 def _account_of(accounts: list[Account], sheet: FactSheet) -> Account | None:
     return account_of(accounts, sheet.variant, sheet.clients, sheet.rate)
 
@@ -339,7 +366,8 @@ def _path_findings(
         if account is None or account.samples < paths.MIN_SAMPLES:
             continue
         for group in _grouped(paths.readings(account, limit=8)):
-            reading, share = group[0], sum(r.path.share for r in group)
+            reading = next((r for r in group if r.mechanism is not None), group[0])
+            share = sum(r.path.share for r in group)
             mechanism = reading.mechanism
             rule_id = mechanism.rule if mechanism is not None else None
             mine = [f for f in found.get(rule_id or "", []) if f.variant == sheet.variant]
@@ -378,18 +406,53 @@ def _path_findings(
             if mechanism is not None:
                 for other in mechanism.supersedes:
                     found[other] = [f for f in found.get(other, []) if f.variant != sheet.variant]
+        # A rule's finding no path joined: the account says how much time its mechanism's
+        # nodes hold (perhaps none), where the account has such nodes at all.
+        for rule_id, ids in _linked().items():
+            for finding in found.get(rule_id, []):
+                if finding.variant == sheet.variant and finding.share is None:
+                    finding.share = paths.matched_share(account, ids)
+    return out
+
+
+def _linked() -> dict[str, set[str]]:
+    """Per rule, the mechanisms that interpret paths as its cause."""
+    out: dict[str, set[str]] = {}
+    for m in paths.mechanisms()[0]:
+        if m.rule is not None:
+            out.setdefault(m.rule, set()).add(m.id)
     return out
 
 
 def _grouped(readings: list[paths.Reading]) -> list[list[paths.Reading]]:
     """Readings of one cause together: the same mechanism on the same table (or, for a
-    statement's waits, the same mechanism), heaviest first."""
+    statement's waits, the same mechanism), heaviest first. A plan node no mechanism
+    interprets, in a statement where another node's mechanism names the cause (the hash join
+    above a join's whole-table scan, the count above a whole-table scan), is that cause's
+    time too."""
     groups: dict[tuple[str, object], list[paths.Reading]] = {}
+    named_plan: dict[object, tuple[str, object]] = {}  # statement -> its first plan cause
     for r in readings:
-        mechanism = r.mechanism.id if r.mechanism is not None else r.path.deepest.name
-        table = r.interpreted.detail.get("table") or r.interpreted.detail.get("relation")
-        groups.setdefault((mechanism, table), []).append(r)
-    return list(groups.values())
+        if r.mechanism is not None and r.interpreted.kind == "plan":
+            named_plan.setdefault(_statement_of(r), _key(r))
+    for r in readings:
+        key = _key(r)
+        if r.mechanism is None and r.path.deepest.kind == "plan":
+            key = named_plan.get(_statement_of(r), key)
+        groups.setdefault(key, []).append(r)
+    return [sorted(g, key=lambda r: -r.path.share) for g in groups.values()]
+
+
+def _key(r: paths.Reading) -> tuple[str, object]:
+    if r.mechanism is not None and r.mechanism.group is not None:
+        return r.mechanism.group, _statement_of(r)
+    mechanism = r.mechanism.id if r.mechanism is not None else r.path.deepest.name
+    return mechanism, r.interpreted.detail.get("table") or r.interpreted.detail.get("relation")
+
+
+def _statement_of(r: paths.Reading) -> object:
+    statement = r.path.statement
+    return statement.detail.get("query_id") if statement is not None else None
 
 
 def _wasteful(node: object) -> bool:
@@ -655,10 +718,31 @@ def _verdict(
     opening = ""
     if sheet is not None:
         best, tps = sheet.value(BEST_CLIENTS.name), sheet.value(TPS.name)
+        shown = sheet.value(GROWTH_SHOWN.name)
         if best is not None and sheet.clients and best < sheet.clients:
-            opening = f"Throughput stops growing at {n_clients(best)}. "
+            opening = (
+                f"Throughput stops growing at {n_clients(best)}. "
+                if shown
+                else f"Throughput is highest at {n_clients(best)}, but the intervals of the "
+                f"client counts up to it overlap: more repeats would tell where it stops "
+                f"growing. "
+                if shown is not None
+                else f"Throughput is highest at {n_clients(best)} (one repeat per client "
+                f"count: no interval to tell where it stops growing). "
+            )
         elif tps is not None and sheet.clients:
             opening = f"{tps:,.0f} tps at {n_clients(sheet.clients)}. "
+    idle = sheet.value(IDLE_IN_TRANSACTION.name) if sheet is not None else None
+    active = sheet.value(AAS_PER_CLIENT.name) if sheet is not None else None
+    if idle is not None and idle >= 0.5:
+        # Most of the sessions' time is the client's: every finding about the active time is
+        # about the smaller part, and the verdict says so first.
+        busy = f", and active {min(1.0, active):.0%}" if active is not None else ""
+        opening = (
+            f"Client sessions are idle inside their transactions {idle:.0%} of the time, "
+            f"waiting for the client's next statement (round trips, or the application's own "
+            f"work){busy}: what follows is about the active part. {opening}"
+        )
     if weak:
         return (
             f'{opening}The evidence is weak: the strongest signal is "{top.title}"{where} '

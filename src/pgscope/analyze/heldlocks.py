@@ -51,7 +51,8 @@ class HeldLocks:
     tables: list[HeldTable] = field(default_factory=list)
 
 
-_IN_WINDOW = "JOIN steps s ON x.ts_us BETWEEN s.window_start_us AND s.window_end_us"
+# Half-open, [start, end): windows that share an edge count a row there once (the next's).
+_IN_WINDOW = "JOIN steps s ON x.ts_us >= s.window_start_us AND x.ts_us < s.window_end_us"
 
 
 def read(db: duckdb.DuckDBPyConnection) -> HeldLocks:

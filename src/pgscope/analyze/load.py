@@ -129,11 +129,24 @@ def _read(run_dir: Path, bootstrap: int) -> tuple[RunAnalysis, dict[str, Any]]:
 def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
     db = store.db
     run = store.run_row()
-    if run["status"] == "running":
+    rows = store.steps()
+    killed = run["status"] == "running"
+    for row in rows:
+        if row["variant"] == observation.VARIANT and row["status"] == "running":
+            # Never closed: the observation ended before its figures were filled in.
+            row["status"] = observation.CUT
+            row["error"] = row["error"] or "not closed: the observation ended first"
+    if killed:
         # The writer is gone (it holds a lock while alive): killed without cleanup.
         run["status"] = "interrupted"
-        run["status_reason"] = run["status_reason"] or "the run ended without finishing"
-    rows = store.steps()
+        closed = [r for r in rows if r["variant"] == observation.VARIANT]
+        closed = [r for r in closed if r["status"] != observation.CUT]
+        run["status_reason"] = run["status_reason"] or (
+            f"the observation ended without finishing (killed?); the {len(closed)} windows "
+            f"closed before are kept"
+            if run["recipe"] == "observe"
+            else "the run ended without finishing"
+        )
     spec: dict[str, Any] = json.loads(run["spec_json"] or "{}")
     declared = list(spec.get("variants") or {})
     growth = _latency_growth(db)
@@ -149,6 +162,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
     environment = _environment(store, run, spec)
     observed = observation.read(db, environment.collectors)
     section = statements.read(db)
+    counters = pgstats.per_step(db)
     return RunAnalysis(
         run_id=str(run["run_id"]),
         run_dir=str(run_dir.resolve()),
@@ -164,7 +178,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         steps=steps,
         scalability=scaling,
         waits=waits.analyse(db),
-        counters=pgstats.per_step(db),
+        counters=counters,
         timeline=Timeline(_marked(timeline.series(db), observed), timeline.dips(db)),
         locks=_locks(db, steps, programs),
         checkpoints=_checkpoints(db, steps, programs),
@@ -174,6 +188,10 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         held_locks=heldlocks.read(db),
         observation=observed,
         accounts=_accounts(db, steps, section, run["target_kind"], observed),
+        # pgscope's load on a server it did not start: an observation's is the server's own.
+        xids=pgstats.xid_use(counters)
+        if run["target_kind"] == "server" and observed is None
+        else None,
         capacity=open_loop,
     )
 
@@ -455,7 +473,7 @@ def _cpu(
         "avg(h.client_share) AS client, avg(h.own_share) AS own, "
         "avg(h.other_share) AS other, max(h.cpus) AS cpus "
         "FROM host_cpu h "
-        "JOIN steps s ON h.ts_us BETWEEN s.window_start_us AND s.window_end_us "
+        "JOIN steps s ON h.ts_us >= s.window_start_us AND h.ts_us < s.window_end_us "
         "GROUP BY ALL ORDER BY ALL"
     ):
         if row["busy"] is None:

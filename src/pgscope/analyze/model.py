@@ -26,7 +26,7 @@ from pgscope.analyze.capacity import CapacityAnalysis, Schedule
 from pgscope.analyze.compare import Comparison
 from pgscope.analyze.heldlocks import HeldLocks
 from pgscope.analyze.observation import Observation
-from pgscope.analyze.pgstats import StepStats
+from pgscope.analyze.pgstats import StepStats, XidUse
 from pgscope.analyze.profile import FlameGraph, FunctionTable, HotSpot
 from pgscope.analyze.scaling import ScalingAnalysis
 from pgscope.analyze.statements import Statements
@@ -559,6 +559,8 @@ class RunAnalysis:
     accounts: list[Account] = field(default_factory=list)
     facts: list[FactSheet] = field(default_factory=list)  # per cell, then the run's
     diagnosis: Diagnosis | None = None
+    # On a user's server: transaction ids every session was given while the load ran
+    xids: XidUse | None = None
     # Open loop: offered rates, latency against them, the knee, the capacity at each objective
     capacity: CapacityAnalysis | None = None
 

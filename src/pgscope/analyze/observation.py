@@ -26,6 +26,8 @@ from pgscope.analyze.waits import ACTIVE, IN_WINDOWS, WAIT_EVENT, WAIT_TYPE, Pro
 from pgscope.duck import table_exists
 
 VARIANT = "observed"
+# A window the observation could not close (windows.py): its steps row says why.
+CUT = "cut"
 OUTLIER_SIGMAS = 3.0
 OUTLIER_SHARE = 0.25
 MIN_WINDOWS_FOR_OUTLIERS = 4
@@ -70,7 +72,7 @@ class Window:
     start_us: int | None
     end_us: int | None
     seconds: float | None
-    status: str  # "ok" (sessions were active), "idle", or how it ended
+    status: str  # "ok" (sessions were active), "idle", "mixed", "short", or "cut"
     tps: float | None  # commits per second (pg_stat_database, every database)
     commits: float | None
     rollbacks: float | None
@@ -119,8 +121,12 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
     """The observation's section; None for a run that is not one."""
     if not is_observation(db):
         return None
+    # A window never closed (`running` in a killed observation's store) is `cut`; it has no
+    # measured bounds, and shows where it began and ended.
     rows = db.execute(
-        "SELECT s.step_id, s.window_start_us, s.window_end_us, w.seconds, s.status, s.tps, "
+        "SELECT s.step_id, coalesce(s.window_start_us, s.started_us), "
+        "coalesce(s.window_end_us, s.ended_us), w.seconds, "
+        f"CASE WHEN s.status = 'running' THEN '{CUT}' ELSE s.status END, s.tps, "
         "w.commits, w.rollbacks, w.concurrency, w.sessions, s.duration_s FROM steps s "
         f"LEFT JOIN windows w USING (step_id) WHERE s.variant = '{VARIANT}' ORDER BY s.step_id"
     ).fetchall()
@@ -153,9 +159,12 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
         key=lambda w: (w.tps or 0.0) / (w.concurrency or 1.0),
         default=None,
     )
-    worst_profile = (
-        profile(db, worst.start_us, worst.end_us)
-        if worst is not None and worst.start_us is not None and activity.aas
+    worst_profile = (  # its samples as the windows count them: [start, end)
+        profile(db, worst.start_us, worst.end_us - 1)
+        if worst is not None
+        and worst.start_us is not None
+        and worst.end_us is not None
+        and activity.aas
         else None
     )
     return Observation(

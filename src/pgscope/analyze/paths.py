@@ -60,6 +60,9 @@ class Mechanism:
     supersedes: list[str] = field(default_factory=list)
     rule: str | None = None
     symptom: bool = False
+    # Mechanisms naming one cause from different nodes (a join's scan and the join itself):
+    # their paths in one statement are one finding.
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Path:
         return self.nodes[-1]
 
     def nearest(self, kind: str) -> Node | None:
+        """The path's deepest node of this kind."""
         return next((n for n in reversed(self.nodes) if n.kind == kind), None)
 
     @property
@@ -335,6 +339,27 @@ def _plan_words(node: Node) -> str:
     if isinstance(ms, float):
         facts.append(f"{ms:.3g} ms per call")
     return what + (f" ({'; '.join(facts)})" if facts else "")
+
+
+def matched_share(account: Account, ids: set[str]) -> float | None:
+    """The share of the account's active time at the nodes the mechanisms `ids` interpret,
+    each counted once (not again below a node already matched); None where the account has
+    no node of a kind they interpret (no plan was sampled, say): then it cannot tell."""
+    found = [m for m in mechanisms()[0] if m.id in ids]
+    kinds = {k for m in found for k in m.node}
+    every = account.root.walk()
+    if not any(nodes[-1].kind in kinds for nodes in every):
+        return None
+    matched = [
+        nodes
+        for nodes in every
+        if any(_matches(m, Path(nodes, nodes[-1].share, ()), nodes[-1]) for m in found)
+    ]
+
+    def below(inner: tuple[Node, ...], outer: tuple[Node, ...]) -> bool:
+        return len(outer) < len(inner) and all(a is b for a, b in zip(outer, inner, strict=False))
+
+    return sum(nodes[-1].share for nodes in matched if not any(below(nodes, o) for o in matched))
 
 
 def readings(account: Account, limit: int = 5) -> list[Reading]:

@@ -18,10 +18,12 @@ def rates(
     db: duckdb.DuckDBPyConnection, source: str, counter: str, obj: str | None = None
 ) -> list[tuple[int, float]]:
     """(ts_us, per-second rate) between consecutive snapshots of one counter. For
-    pg_stat_database without `obj`, the sum over databases."""
+    pg_stat_database without `obj`, the sum over databases. A snapshot at an edge two windows
+    of an observation share is stored once for each (same time, same values): counted once."""
     rows = db.execute(
-        "WITH c AS (SELECT ts_us, sum(value) AS v FROM pgstats_counters "
-        "WHERE source = ? AND counter = ? AND (? IS NULL OR object = ?) GROUP BY ts_us), "
+        "WITH c AS (SELECT ts_us, sum(value) AS v FROM (SELECT DISTINCT ts_us, object, value "
+        "FROM pgstats_counters WHERE source = ? AND counter = ? AND (? IS NULL OR object = ?)) "
+        "GROUP BY ts_us), "
         "d AS (SELECT ts_us, v - lag(v) OVER w AS dv, "
         "(ts_us - lag(ts_us) OVER w) / 1e6 AS dt FROM c WINDOW w AS (ORDER BY ts_us)) "
         "SELECT ts_us, dv / dt FROM d WHERE dt > 0 AND dv >= 0 ORDER BY ts_us",
@@ -60,6 +62,8 @@ class StepStats:
     checkpoint_write_ms: float | None = None
     checkpoint_sync_ms: float | None = None
     checkpoint_buffers: float | None = None
+    # Transaction ids the server assigned, to every session (pg_current_snapshot's xmax)
+    xids: float | None = None
 
     @property
     def wal_bytes_per_xact(self) -> float | None:
@@ -131,6 +135,7 @@ STEP_COUNTERS: dict[str, tuple[Place, ...]] = {
         ("pg_stat_bgwriter", None, ("buffers_checkpoint",)),
         ("pg_stat_checkpointer", None, ("buffers_written",)),
     ),
+    "xids": (("pg_current_snapshot", None, ("xmax",)),),
 }
 # Measured only where the server writes a log directory; since PostgreSQL 14; or read by no
 # store written before these were mapped.
@@ -143,6 +148,7 @@ OPTIONAL = {
     "checkpoint_write_ms",
     "checkpoint_sync_ms",
     "checkpoint_buffers",
+    "xids",
 }
 
 
@@ -192,3 +198,52 @@ def per_step(db: duckdb.DuckDBPyConnection) -> list[StepStats]:
             )
         )
     return out
+
+
+# Above this many transaction ids a second, a load on a user's server is said to have taken
+# many: a read-only load takes none of its own, and each id brings the server's
+# anti-wraparound vacuum nearer (measured: `SELECT txid_current()` as a pg_monitor role takes
+# ~33,000 a second per client).
+MANY_XIDS_PER_S = 1000.0
+
+
+@dataclass(frozen=True)
+class XidUse:
+    """Transaction ids the server assigned while the load ran (the steps, from just before
+    each to just after), to every session on it: the load's and any other's."""
+
+    assigned: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.assigned / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def many(self) -> bool:
+        return self.per_second > MANY_XIDS_PER_S
+
+    def describe(self) -> str:
+        return (
+            f"transaction ids assigned during the load: {self.assigned:,} "
+            f"({self.per_second:,.0f} per second, by every session on the server)"
+        )
+
+    def warning(self) -> str | None:
+        if not self.many:
+            return None
+        return (
+            f"the server assigned {self.assigned:,} transaction ids while the load ran "
+            f"({self.per_second:,.0f} per second): a read-only load takes none unless its SQL "
+            f"asks for one (txid_current(), pg_current_xact_id()), so other sessions' writes "
+            f"or the scripts did; each brings the server's anti-wraparound vacuum nearer"
+        )
+
+
+def xid_use(counters: list[StepStats]) -> XidUse | None:
+    """The transaction ids assigned over the steps that measured them, or None (no pgstats
+    snapshots, or a store from before they were read)."""
+    measured = [c for c in counters if c.xids is not None]
+    if not measured:
+        return None
+    return XidUse(int(sum(c.xids or 0.0 for c in measured)), sum(c.seconds for c in measured))

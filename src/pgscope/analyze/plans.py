@@ -29,7 +29,7 @@ _CAST_COLUMN = re.compile(
 _FUNCTION_OF_COLUMN = re.compile(r"\b(?P<function>\w+)\(\(?(?:\w+\.)?(?P<column>\w+)\)?[,)]")
 # A column in a condition: a name (perhaps after its table's alias) not after `::` (a type),
 # not before `(` (a function), not a parameter, a literal or a keyword.
-_NAME = re.compile(r"(?<![:$'\w.])(?:[a-z_]\w*\.)?([a-z_]\w*)\b(?![.(])")
+_NAME = re.compile(r"(?<![:$'\w.])(?:([a-z_]\w*)\.)?([a-z_]\w*)\b(?![.(])")
 _KEYWORDS = frozenset(
     {
         *("and", "or", "not", "is", "null", "true", "false", "any", "all", "array", "in"),
@@ -70,6 +70,8 @@ class PlanNode:
     output: str | None = None  # what it computes (EXPLAIN VERBOSE's Output), where logged
     partitions: int = 1  # the partitions of one table it stands for (the account's grouping)
     join_condition: str | None = None  # the nearest join above it: its condition
+    alias: str | None = None  # the name its relation has in the statement
+    input_rows: float = 0.0  # rows its children gave it, over all loops
 
     @property
     def removed_share(self) -> float:
@@ -93,9 +95,15 @@ class PlanNode:
 
     @property
     def columns(self) -> list[str]:
-        """The columns its condition reads."""
+        """The columns of its own relation its condition reads: unqualified, or qualified by
+        its alias (a correlated subquery's `u.id` is the outer query's column)."""
         text = re.sub(r"'(?:[^']|'')*'", "''", self.condition or "")
-        return list(dict.fromkeys(c for c in _NAME.findall(text) if c not in _KEYWORDS))
+        own = (None, "", self.alias, self.relation)
+        return list(
+            dict.fromkeys(
+                c for q, c in _NAME.findall(text) if c not in _KEYWORDS and (q or None) in own
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -221,6 +229,11 @@ def _node(
             None,
         ),
         output=", ".join(map(str, node["Output"])) if node.get("Output") else None,
+        alias=node.get("Alias"),
+        input_rows=sum(
+            float(c.get("Actual Rows") or 0) * float(c.get("Actual Loops") or 0)
+            for c in node.get("Plans") or []
+        ),
         join_condition=next(
             (
                 str(a.get("Hash Cond") or a.get("Merge Cond") or a.get("Join Filter"))
@@ -246,6 +259,7 @@ def _summed(nodes: list[PlanNode]) -> list[PlanNode]:
             self_ms=was.self_ms + n.self_ms,
             loops=was.loops + n.loops,
             rows=was.rows + n.rows,
+            input_rows=was.input_rows + n.input_rows,
             removed=was.removed + n.removed,
             shared_read=was.shared_read + n.shared_read,
             shared_hit=was.shared_hit + n.shared_hit,

@@ -42,14 +42,15 @@ CLIENTS = "backend_type = 'client backend' AND coalesce(application_name, '') NO
 # x steps (an hour's observation: 18 M rows x 360 windows took minutes), nor an ASOF join,
 # which sorts every row (4.5 GB for those 18 M): each step is listed once per second it
 # covers (a few thousand rows), the samples meet it on their second (a hash join that
-# streams), and the window's bounds decide at the edges.
+# streams), and the window's bounds decide at the edges: half-open, [start, end), so that
+# windows sharing an edge count a sample there once.
 IN_WINDOWS = (
     "(SELECT s.step_id, s.variant, s.clients, s.rate, a.* FROM activity_samples a "
     "JOIN (SELECT step_id, variant, clients, rate, window_start_us, window_end_us, "
     "unnest(range(window_start_us // 1000000, window_end_us // 1000000 + 1)) AS second "
     "FROM steps WHERE window_start_us IS NOT NULL AND window_end_us IS NOT NULL) s "
     "ON a.ts_us // 1000000 = s.second "
-    "WHERE a.ts_us BETWEEN s.window_start_us AND s.window_end_us)"
+    "WHERE a.ts_us >= s.window_start_us AND a.ts_us < s.window_end_us)"
 )
 WAIT_TYPE = "coalesce(wait_event_type, 'CPU')"
 

@@ -23,6 +23,7 @@ import typer  # noqa: E402
 from pgscope.cli.app import app  # noqa: E402
 from pgscope.errors import ExitCode, PgscopeError  # noqa: E402
 from pgscope.signals import received, signals_as_exceptions  # noqa: E402
+from pgscope.words import inert  # noqa: E402
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "app":
@@ -31,6 +32,11 @@ for _module in pkgutil.iter_modules(__path__):
 
 def _one_line(message: str) -> str:
     return " ".join(message.split())
+
+
+def _say(line: str) -> None:
+    """An error line on stderr: inert, since it may quote the server (its messages, names)."""
+    sys.stderr.write(inert(line) + "\n")
 
 
 def _stdout_to_devnull() -> None:
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         notes = "; ".join(getattr(exc, "__notes__", []))
-        sys.stderr.write(f"pgscope: error: {exc}{'; ' + notes if notes else ''}\n")
+        _say(f"pgscope: error: {exc}{'; ' + notes if notes else ''}")
         return int(exc.exit_code)
     except BrokenPipeError:
         _stdout_to_devnull()
@@ -75,25 +81,25 @@ def main(argv: list[str] | None = None) -> int:
         _stdout_to_devnull()
         return int(ExitCode.OK)
     except KeyboardInterrupt:
-        sys.stderr.write("pgscope: error: interrupted\n")
+        _say("pgscope: error: interrupted")
         return int(ExitCode.INTERRUPTED)
     except Exception as exc:
         # Click's usage errors (vendored by typer) carry exit_code and format_message().
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             ctx = getattr(exc, "ctx", None)
             where = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-            sys.stderr.write(f"pgscope: error: {_one_line(exc.format_message())}{where}\n")
+            _say(f"pgscope: error: {_one_line(exc.format_message())}{where}")
             return int(ExitCode.USAGE)
         if debug:
             traceback.print_exc()
         signalled = received()
         if signalled is not None:  # a library replaced our exception by its own: a Ctrl-C
-            sys.stderr.write(f"pgscope: error: {signalled} (during {type(exc).__name__})\n")
+            _say(f"pgscope: error: {signalled} (during {type(exc).__name__})")
             return int(signalled.exit_code)
-        sys.stderr.write(
+        _say(
             f"pgscope: error: internal error: {type(exc).__name__}: "
             f"{_one_line(str(exc))} (rerun with --debug for the traceback, and "
-            f"please report it)\n"
+            f"please report it)"
         )
         return int(ExitCode.INTERNAL)
 

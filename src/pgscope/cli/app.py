@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 
 from pgscope import __version__
+from pgscope.render.inert import InertConsole
+from pgscope.words import inert
 
 HELP = """Find out why PostgreSQL stops scaling, and prove it.
 
@@ -53,11 +55,17 @@ DEFAULT_RESULTS = Path(os.environ.get("PGSCOPE_RESULTS", "results"))
 
 def out_console() -> Console:
     # Piped or redirected output gets room for the tables instead of 80 columns.
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
+    return InertConsole(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return InertConsole(stderr=True, highlight=False, soft_wrap=True)
+
+
+def echo(line: str) -> None:
+    """A plain line on stdout, for the listings that are not rich text: inert, as the
+    consoles' (a run's name or a table's in a store came from somewhere)."""
+    typer.echo(inert(line))
 
 
 def print_json(document: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pgscope.cli.app import app, print_json
+from pgscope.cli.app import app, echo, print_json
 from pgscope.cli.options import JsonFlag
 
 
@@ -46,4 +46,4 @@ def export(
         )
         return
     for w in written:
-        typer.echo(f"{w.path}  {counted(w.rows, 'row')}")
+        echo(f"{w.path}  {counted(w.rows, 'row')}")

@@ -107,7 +107,9 @@ def observe(
     root, local server) its static probes and CPU profile too. The time is cut into windows:
     per window commits/s, concurrency and AAS; findings are judged on the whole observation,
     an outlying window is marked, and where concurrency varied a USL fit reads the server's
-    scalability curve without a load test.
+    scalability curve without a load test. Windows share their edges, and each is closed as
+    it ends: a full results disk (exit 4) or the server lost (exit 5) stops the observation
+    within seconds, and it, or a kill, keeps every window closed before for `pgscope report`.
 
     Read-only: every session is opened with default_transaction_read_only=on and runs only
     SELECT, SHOW and SET of its own session parameters; no extension is created, no setting
@@ -131,7 +133,7 @@ def observe(
     from pgscope.collect import offered, registry
     from pgscope.collect.pgws import PgwsCollector
     from pgscope.drive.readonly import verify_read_only
-    from pgscope.errors import TargetError
+    from pgscope.errors import EnvironmentProblem, TargetError
     from pgscope.render.console import print_summary
     from pgscope.render.json_doc import run_document
     from pgscope.render.outputs import write_outputs
@@ -139,10 +141,11 @@ def observe(
     from pgscope.signals import signals_deferred
     from pgscope.store import RunStore
     from pgscope.target.pgbin import find_binaries
+    from pgscope.words import counted
 
     target = _target(dsn, dsn_file, data_dir, pid)
     assert target.conn is not None
-    verify_read_only(target.conn)
+    verify_read_only(target.conn, scripts=False)
     pg = find_binaries(None, need_server=False)
     err = err_console()
 
@@ -193,10 +196,16 @@ def observe(
     with signals_deferred() as late:
         analysis = load_analysis(result.run_dir)
         document = run_document(analysis)
-        written = write_outputs(analysis, offered())
+        written: dict[str, Path] | None = None
+        try:
+            written = write_outputs(analysis, offered())
+        except EnvironmentProblem:
+            if result.fault is None:
+                raise  # a full disk the observation itself did not meet
     if late:
         raise late[0]
-    err.print(f"· report: {written['report.html']}", highlight=False)
+    if written is not None:
+        err.print(f"· report: {written['report.html']}", highlight=False)
     if as_json:
         print_json(document)
     else:
@@ -204,6 +213,13 @@ def observe(
     if result.interrupted is not None:
         result.interrupted.add_note(f"kept what was observed in {result.run_dir}")
         raise result.interrupted
+    if result.fault is not None:
+        kept = f"kept the {counted(result.windows_closed, 'window')} closed before it in "
+        kept += str(result.run_dir)
+        if written is None:
+            kept += f" (no room for its report: pgscope report {result.run_dir} reads it)"
+        result.fault.add_note(kept)
+        raise result.fault
     failed = result.collectors_failed.get("activity")
     if failed:
         raise TargetError(f"{failed}; kept what was observed in {result.run_dir}")

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pgscope.cli.app import DEFAULT_RESULTS, app, out_console, print_json
+from pgscope.cli.app import DEFAULT_RESULTS, app, echo, out_console, print_json
 from pgscope.errors import EnvironmentProblem, UsageError
 
 
@@ -73,7 +73,7 @@ def runs(
         print_json(rows)
         return
     if not rows:
-        typer.echo(f"no runs in {results_dir}")
+        echo(f"no runs in {results_dir}")
         return
     header = ("date (UTC)", "name", "target", "workload", "clients", "best tps", "verdict")
     lines = [header] + [
@@ -99,7 +99,7 @@ def runs(
         text = "  ".join([*cells, line[-1]])
         if room is not None and len(text) > room:
             text = text[: room - 1] + "…"
-        typer.echo(text)
+        echo(text)
 
 
 def _listed(row: dict[str, Any]) -> dict[str, Any]:

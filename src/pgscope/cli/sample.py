@@ -109,6 +109,9 @@ def sample(
     if result.interrupted is not None:
         result.interrupted.add_note(f"kept {_samples(run)} samples in {result.run_dir}")
         raise result.interrupted
+    if result.fault is not None:  # the results disk filled up: the session stopped
+        result.fault.add_note(f"kept {_samples(run)} samples in {result.run_dir}")
+        raise result.fault
     if failed:
         raise TargetError(f"{failed}; kept {_samples(run)} samples in {result.run_dir}")
 

@@ -134,6 +134,9 @@ def trace(
     if result.interrupted is not None:
         result.interrupted.add_note(f"kept what was traced in {result.run_dir}")
         raise result.interrupted
+    if result.fault is not None:  # the results disk filled up: the session stopped
+        result.fault.add_note(f"kept what was traced in {result.run_dir}")
+        raise result.fault
     if result.collectors_failed:
         reasons = "; ".join(f"{n}: {r}" for n, r in result.collectors_failed.items())
         raise TargetError(f"{reasons}; kept what was recorded in {result.run_dir}")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import threading
 import time
 from typing import Any, Literal
 
@@ -37,7 +38,13 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect import shmem
-from pgscope.collect.base import Availability, CollectorContext, CollectorEnv, CollectorError
+from pgscope.collect.base import (
+    Availability,
+    CollectorContext,
+    CollectorEnv,
+    CollectorError,
+    StepInfo,
+)
 from pgscope.collect.polling import PollingCollector
 from pgscope.errors import TargetError
 from pgscope.store import now_us
@@ -294,6 +301,24 @@ class ActivityCollector(PollingCollector):
         self.pending_rate: list[tuple[Any, ...]] = []
         self.open_seconds: dict[int, dict[int, tuple[float, float]]] = {}
         self.last_flush = time.monotonic()
+        # A step's end asks for its samples to be written now (an observation closes its
+        # windows once they are), not at the next `flush_s`.
+        self.flush_asked = threading.Event()
+        # The last sample taken in, and the last one written: everything up to it is stored.
+        self.taken_until_us = self.written_until_us = now_us()
+
+    def step_finished(self, step: StepInfo) -> None:
+        self.flush_asked.set()
+
+    def written_until(self) -> int | None:
+        if not self.thread.is_alive():
+            return None  # nothing more will come
+        return self.written_until_us
+
+    def flush_due(self) -> bool:
+        return (
+            self.flush_asked.is_set() or time.monotonic() - self.last_flush >= self.options.flush_s
+        )
 
     def connect(self) -> psycopg.Connection[Any]:
         session = self.ctx.conn.connect(application_name=self.application_name)
@@ -372,7 +397,7 @@ class ActivityCollector(PollingCollector):
                 cursor = self.session.cursor(binary=True)
                 continue
             self._keep(rows)
-            if time.monotonic() - self.last_flush >= self.options.flush_s:
+            if self.flush_due():
                 self._flush()
             if (
                 self.options.blockers
@@ -408,6 +433,7 @@ class ActivityCollector(PollingCollector):
                 query_id, _, text = entry.partition("\x1f")
                 texts.setdefault(int(query_id), text)
         self.samples = base + max(r[0] for r in rows)
+        self.taken_until_us = max(self.taken_until_us, max(r[1] for r in rows) + offset)
         # A batch rarely starts on a second boundary: a second stays open until a later
         # sample has moved past it, so its rate row counts the samples of both batches.
         latest = max(per_second)
@@ -440,6 +466,8 @@ class ActivityCollector(PollingCollector):
     def _flush(self) -> None:
         """Write what was taken in, one statement per table: the samples split into rows by
         DuckDB, the rate rows."""
+        self.flush_asked.clear()
+        taken = self.taken_until_us
         if self.pending_samples:
             ts_us, sample_no, processes = zip(*self.pending_samples, strict=True)
             self.store.db.execute(
@@ -462,6 +490,7 @@ class ActivityCollector(PollingCollector):
             )
             self.pending_rate.clear()
         self.last_flush = time.monotonic()
+        self.written_until_us = taken
 
     def _name_lists(self) -> dict[str, list[Any]]:
         """The names known, as the lists WRITE_SQL looks oids up in."""

@@ -60,6 +60,7 @@ class Host(Protocol):
     known_queries: set[int]
     pending_rate: list[tuple[Any, ...]]
     last_flush: float
+    taken_until_us: int
     own_pid: int
     application_name: str
     reconnect_s: float
@@ -69,6 +70,8 @@ class Host(Protocol):
     def _record_blockers(self) -> None: ...
 
     def _flush(self) -> None: ...
+
+    def flush_due(self) -> bool: ...
 
 
 SOURCE = Path(__file__).parent / "native" / "shmem_sampler.c"
@@ -320,7 +323,7 @@ class MemorySampler:
                         helper.stop()
                         restarted = True
                         continue
-                    if time.monotonic() - c.last_flush >= c.options.flush_s:
+                    if c.flush_due():
                         self.flush()
             finally:
                 helper.stop()
@@ -370,6 +373,7 @@ class MemorySampler:
             return
         self.pending.append((c.samples + 1, batch))
         c.samples += ticks
+        c.taken_until_us = max(c.taken_until_us, int(batch.tick_us.max()))
         self.raws.update(np.unique(batch.wait).tolist())
         seconds = batch.tick_us // 1_000_000 * 1_000_000
         for second in np.unique(seconds).tolist():

@@ -11,6 +11,8 @@ Life cycle, all from the runner's main thread:
     start(ctx)             once, after the target is up; create tables, start threads/processes
     step_started(step)     before each step's load begins
     step_finished(step)    after it ends
+    window_edge(a, b)      `observe`: window a ends and window b begins at the same instant
+    written_until()        polled: up to when is what it took in written to the store?
     target_restarted()     the embedded server restarted (new PIDs)
     failure()              polled: has it stopped collecting on its own, and why?
     stop()                 once, always (normal end, error, Ctrl-C); must not raise
@@ -123,6 +125,20 @@ class Collector(ABC):
 
     def step_finished(self, step: StepInfo) -> None:  # noqa: B027 - optional hook
         pass
+
+    def window_edge(self, ending: StepInfo, starting: StepInfo) -> None:
+        """Between two windows of an observation, which share their edge: `ending` ends
+        where `starting` begins, with no time between. By default its end, then the next's
+        start; a collector that reads the server at the edges reads it once for both, so the
+        windows tile the time (issue 30)."""
+        self.step_finished(ending)
+        self.step_started(starting)
+
+    def written_until(self) -> int | None:
+        """The time (UTC epoch microseconds) up to which everything it took in is in the
+        store; None when it keeps nothing back. Its `step_finished` may ask for the rest to be
+        written soon: a window is closed once what covers it is written."""
+        return None
 
     def target_restarted(self) -> None:  # noqa: B027 - optional hook
         pass

@@ -12,6 +12,8 @@ from typing import Any
 
 from pgscope.collect import build, registry
 from pgscope.collect.base import Collector, CollectorContext, CollectorEnv, StepInfo
+from pgscope.errors import Interrupted
+from pgscope.signals import received
 from pgscope.store import RunStore, now_us
 
 
@@ -33,6 +35,8 @@ class CollectorSet:
         self.active: list[Collector] = []
         self.started = False
         self.dead: dict[str, tuple[int, str]] = {}  # name -> (since, why)
+        # name -> why it failed: a hook raised (it was stopped), or its stop said so
+        self.failed: dict[str, str] = {}
         self.unavailable: dict[str, str] = {}
         for name, options in selection.items():
             cls = registry()[name]
@@ -70,7 +74,12 @@ class CollectorSet:
         for collector in list(self.active):
             try:
                 hook(collector)
+            except Interrupted:
+                raise  # Ctrl-C, not the collector's failure
             except Exception as exc:
+                signalled = received()
+                if signalled is not None:  # a Ctrl-C a library answered with its own error
+                    raise signalled from exc
                 self._drop(collector, what, exc)
 
     def step_started(self, step: StepInfo) -> None:
@@ -78,6 +87,22 @@ class CollectorSet:
 
     def step_finished(self, step: StepInfo) -> None:
         self._each(lambda c: c.step_finished(step), "step end failed")
+
+    def window_edge(self, ending: StepInfo, starting: StepInfo) -> None:
+        self._each(lambda c: c.window_edge(ending, starting), "window edge failed")
+
+    def written_until(self) -> int | None:
+        """The earliest time up to which a running collector has written what it took in
+        (None: none keeps anything back)."""
+        times = []
+        for collector in self.active:
+            try:
+                until = collector.written_until()
+            except Exception:  # a health question must not stop the run
+                continue
+            if until is not None:
+                times.append(until)
+        return min(times, default=None)
 
     def target_restarted(self) -> None:
         self._each(lambda c: c.target_restarted(), "restart handling failed")
@@ -123,13 +148,17 @@ class CollectorSet:
                     collector.name, "failed" if error else "complete", error
                 )
             if error:
+                self.failed[collector.name] = error
                 self.say(f"collector {collector.name}: {error}")
         self.active = []
 
     def _drop(self, collector: Collector, what: str, exc: BaseException) -> None:
         reason = f"{what}: {_describe(exc)}"
         self.say(f"collector {collector.name} stopped: {reason}")
+        self.failed[collector.name] = reason
         with contextlib.suppress(Exception):  # already failing; the first reason is the one
             collector.stop()
-        self.store.collector_stopped(collector.name, "failed", reason)
         self.active.remove(collector)
+        # The reason is kept above even when the store cannot take it (a full disk).
+        with contextlib.suppress(Exception):
+            self.store.collector_stopped(collector.name, "failed", reason)

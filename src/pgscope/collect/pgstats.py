@@ -12,8 +12,12 @@ them, so a view's columns may differ between PostgreSQL versions without a schem
 analysis maps each version's names to one meaning (`analyze/pgstats.py`). Rates are
 differences between snapshots: WAL bytes and full-page images per second around a
 checkpoint, checkpoints requested vs timed, buffers written by backends, commits per second.
+And the server's next transaction id (`pg_current_snapshot`'s xmax, which assigns none
+itself): how many ids every session was given between two snapshots, which even a
+read-only load can take (`SELECT txid_current()` assigns one).
 Besides the periodic snapshots, one is taken just before each step's load and one just
-after, so a step's totals are exact rather than blurred by the snapshot interval.
+after, so a step's totals are exact rather than blurred by the snapshot interval; between two
+windows of an observation, one snapshot is both the end of one and the start of the next.
 
 What it costs: one query a second (well under 1 ms of server CPU). Needs `pg_monitor` on a
 server pgscope does not own (for pg_stat_replication's details).
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -49,6 +54,9 @@ SELECT 'pg_stat_replication', r.application_name, json_build_object(
     'replay_lag_ms', extract(epoch FROM r.replay_lag) * 1000,
     'sync', CASE WHEN r.sync_state IN ('sync', 'quorum') THEN 1 ELSE 0 END)::text
 FROM pg_stat_replication r
+UNION ALL
+SELECT 'pg_current_snapshot', NULL, json_build_object(
+    'xmax', pg_snapshot_xmax(pg_current_snapshot())::text::bigint)::text
 """
 # PostgreSQL 17 moved the checkpoint counters out of pg_stat_bgwriter.
 _CHECKPOINTER_SQL = """
@@ -144,11 +152,18 @@ class PgstatsCollector(PollingCollector):
     def step_finished(self, step: StepInfo) -> None:
         self._boundary(step, "end")
 
-    def _boundary(self, step: StepInfo, mark: str) -> None:
-        """A snapshot at a step's edge, from the runner's thread on a connection of its own
-        (the periodic thread keeps its own)."""
+    def window_edge(self, ending: StepInfo, starting: StepInfo) -> None:
+        """One snapshot ends a window and begins the next: the windows share its instant."""
+        self._boundary(ending, "end", starting)
+
+    def _boundary(self, step: StepInfo, mark: str, starting: StepInfo | None = None) -> None:
+        """A snapshot at a step's edge (and, given `starting`, the next one's start), from the
+        runner's thread on a connection of its own (the periodic thread keeps its own)."""
+        marks = [(step.step_id, mark)]
+        if starting is not None:
+            marks.append((starting.step_id, "start"))
         with self.ctx.conn.connect(application_name=self.application_name) as session:
-            self._snapshot(session, self.boundary_store, step.step_id, mark)
+            self._snapshot(session, self.boundary_store, marks)
 
     def run_loop(self) -> None:
         next_at = time.monotonic()
@@ -178,23 +193,24 @@ class PgstatsCollector(PollingCollector):
         self,
         session: psycopg.Connection[Any],
         store: RunStore,
-        step_id: int | None = None,
-        mark: str | None = None,
+        marks: Sequence[tuple[int | None, str | None]] = ((None, None),),
     ) -> None:
+        """One reading of the views, stored once per (step, mark) it stands for."""
         rows = self._rows(session)
         ts_us = now_us()
         columns: dict[str, list[Any]] = {
             k: [] for k in ("ts_us", "source", "object", "counter", "value", "step_id", "mark")
         }
-        for source, obj, payload in rows:
-            for counter, value in json.loads(payload).items():
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    continue
-                columns["ts_us"].append(ts_us)
-                columns["source"].append(source)
-                columns["object"].append(obj)
-                columns["counter"].append(counter)
-                columns["value"].append(float(value))
-                columns["step_id"].append(step_id)
-                columns["mark"].append(mark)
+        for step_id, mark in marks:
+            for source, obj, payload in rows:
+                for counter, value in json.loads(payload).items():
+                    if isinstance(value, bool) or not isinstance(value, int | float):
+                        continue
+                    columns["ts_us"].append(ts_us)
+                    columns["source"].append(source)
+                    columns["object"].append(obj)
+                    columns["counter"].append(counter)
+                    columns["value"].append(float(value))
+                    columns["step_id"].append(step_id)
+                    columns["mark"].append(mark)
         store.append("pgstats_counters", columns)

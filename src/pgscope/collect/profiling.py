@@ -3,6 +3,8 @@ by the profile collectors (perf on-CPU, offcpu).
 
 Each step gets its own recording, started at `step_started` and, at `step_finished`, stopped,
 folded and stored before the next step starts, so that folding never loads a measured step.
+Between two windows of an observation, which share their edge, the next window's recording
+starts first and the last one is folded after: the fold's seconds fall inside a window.
 Outside a run's steps (`pgscope profile`), one recording spans the whole session. This costs
 nothing itself; the recorder's attach (~0.3 s perf, ~1.5 s bpftrace) and the fold (seconds
 per minute of profile) fall between steps.
@@ -132,8 +134,11 @@ class ProfileCollector(Collector, Generic[R]):
 
     def _end(self, keep: bool) -> None:
         segment, self.segment = self.segment, None
-        if segment is None:
-            return
+        if segment is not None:
+            self._finish(segment, keep)
+
+    def _finish(self, segment: Segment[R], keep: bool) -> None:
+        """Stop a recording; folded and stored when `keep`, its files removed unless kept."""
         code = segment.recording.finish()
         ended_us = now_us()
         segment.roles.stop()
@@ -165,6 +170,20 @@ class ProfileCollector(Collector, Generic[R]):
 
     def step_finished(self, step: StepInfo) -> None:
         self._end(keep=True)
+
+    def window_edge(self, ending: StepInfo, starting: StepInfo) -> None:
+        """Between two windows of an observation: the next window's recording starts before
+        this one's is stopped and folded, so the profiles cover the edge too (the two overlap
+        by the attach, ~0.3 s for perf)."""
+        if not self.in_steps:
+            self.step_started(starting)
+            return
+        ending_segment, self.segment = self.segment, None
+        try:
+            self._begin(starting.step_id)
+        finally:
+            if ending_segment is not None:
+                self._finish(ending_segment, keep=True)
 
     def target_restarted(self) -> None:
         pass  # recordings start per step, from the current postmaster

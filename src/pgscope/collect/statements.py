@@ -306,19 +306,34 @@ class StatementsCollector(Collector):
         self.store.add_event("statements-settings", json.dumps(counting), None)
 
     def step_started(self, step: StepInfo) -> None:
-        self._reading(step.step_id, "start")
+        self._reading([(step.step_id, "start")])
+        self._plans_started()
+
+    def step_finished(self, step: StepInfo) -> None:
+        self._plans_finished(step.step_id)
+        self._reading([(step.step_id, "end")])
+
+    def window_edge(self, ending: StepInfo, starting: StepInfo) -> None:
+        """One reading ends a window and begins the next: the windows share its instant."""
+        self._plans_finished(ending.step_id)
+        self._reading([(ending.step_id, "end"), (starting.step_id, "start")])
+        self._plans_started()
+
+    def _plans_started(self) -> None:
         self.step_started_us = now_us()
         if self.plans is not None:
             self.plans.step_started()
 
-    def step_finished(self, step: StepInfo) -> None:
+    def _plans_finished(self, step_id: int) -> None:
         if self.plans is not None:
-            self.plans.step_finished(step.step_id, self.step_started_us)
-        self._reading(step.step_id, "end")
+            self.plans.step_finished(step_id, self.step_started_us)
 
-    def _reading(self, step_id: int, mark: str) -> None:
+    def _reading(self, marks: list[tuple[int, str]]) -> None:
+        """One reading of the statements, tables and functions, stored once per (step, mark)
+        it stands for."""
+        ending = [step_id for step_id, mark in marks if mark == "end"]
         with self.ctx.conn.connect(application_name=APPLICATION_NAME) as session:
-            if mark == "end" and self.options.wait_for_load:
+            if ending and self.options.wait_for_load:
                 _wait_for_clients_to_leave(session)
             ts = now_us()
             tables = session.execute(TABLES_SQL).fetchall()
@@ -326,9 +341,9 @@ class StatementsCollector(Collector):
             statements = session.execute(STATEMENTS_SQL).fetchall() if self.statements else []
             new = list({int(q) for q, _, _ in statements if int(q) not in self.known_texts})
             texts = session.execute(TEXTS_SQL, [new]).fetchall() if new else []
-            indexes = session.execute(INDEXES_SQL).fetchall() if mark == "end" else []
-        self._columns("table_readings", step_id, mark, ts, TABLE_COLUMNS, tables)
-        self._columns("function_readings", step_id, mark, ts, FUNCTION_COLUMNS, functions)
+            indexes = session.execute(INDEXES_SQL).fetchall() if ending else []
+        for step_id, mark in marks:
+            self._store_reading(step_id, mark, ts, tables, functions, statements)
         indexes = [row for row in indexes if (row[0], row[1]) not in self.known_indexes]
         if indexes:
             self.known_indexes.update((row[0], row[1]) for row in indexes)
@@ -336,51 +351,61 @@ class StatementsCollector(Collector):
                 "table_indexes",
                 {name: [row[i] for row in indexes] for i, name in enumerate(INDEX_COLUMNS)},
             )
-        if statements:
-            columns: dict[str, list[Any]] = {
-                "step_id": [],
-                "mark": [],
-                "ts_us": [],
-                "queryid": [],
-                **{k: [] for k in STATEMENT_COLUMNS},
-            }
-            for queryid, payload, _ in statements:
-                row = json.loads(payload)
-                columns["step_id"].append(step_id)
-                columns["mark"].append(mark)
-                columns["ts_us"].append(ts)
-                columns["queryid"].append(int(queryid))
-                for column, names in STATEMENT_COLUMNS.items():
-                    value = next((row[n] for n in names if row.get(n) is not None), None)
-                    if column == "jit_ms" and value is not None:
-                        value += sum(row.get(n) or 0.0 for n in JIT_TIMES)
-                    columns[column].append(value)
-            self.store.append("statement_readings", columns)
-            own = [int(q) for q, _, mine in statements if mine and int(q) not in self.own]
-            if own:
-                self.own.update(own)
-                self.store.append("statement_own", {"queryid": own})
-        exec_ms = (
-            {
-                q: ms or 0.0
-                for q, ms, top in zip(
-                    columns["queryid"], columns["exec_ms"], columns["toplevel"], strict=True
-                )
-                if top is not False
-            }
-            if statements
-            else {}
-        )
+        # Top-level execution time only: a nested statement's time is inside its caller's.
+        exec_ms: dict[int, float] = {}
+        for queryid, payload, _ in statements:
+            row = json.loads(payload)
+            if row.get("toplevel") is False:
+                continue
+            ms = next((row[n] for n in STATEMENT_COLUMNS["exec_ms"] if row.get(n) is not None), 0)
+            exec_ms[int(queryid)] = exec_ms.get(int(queryid), 0.0) + float(ms or 0.0)
+        own = [int(q) for q, _, mine in statements if mine and int(q) not in self.own]
+        if own:
+            self.own.update(own)
+            self.store.append("statement_own", {"queryid": own})
         if texts:
             self.store.append(
                 "statement_texts",
                 {"queryid": [int(q) for q, _ in texts], "query": [t for _, t in texts]},
             )
             self.known_texts.update((int(q), str(t)) for q, t in texts)
-        if mark == "start":
+        if ending and self.explain:
+            self._explain_busiest(ending[0], exec_ms)
+        if any(mark == "start" for _, mark in marks):
             self.started_ms = exec_ms
-        elif self.explain:
-            self._explain_busiest(step_id, exec_ms)
+
+    def _store_reading(
+        self,
+        step_id: int,
+        mark: str,
+        ts: int,
+        tables: list[tuple[Any, ...]],
+        functions: list[tuple[Any, ...]],
+        statements: list[tuple[Any, ...]],
+    ) -> None:
+        self._columns("table_readings", step_id, mark, ts, TABLE_COLUMNS, tables)
+        self._columns("function_readings", step_id, mark, ts, FUNCTION_COLUMNS, functions)
+        if not statements:
+            return
+        columns: dict[str, list[Any]] = {
+            "step_id": [],
+            "mark": [],
+            "ts_us": [],
+            "queryid": [],
+            **{k: [] for k in STATEMENT_COLUMNS},
+        }
+        for queryid, payload, _ in statements:
+            row = json.loads(payload)
+            columns["step_id"].append(step_id)
+            columns["mark"].append(mark)
+            columns["ts_us"].append(ts)
+            columns["queryid"].append(int(queryid))
+            for column, names in STATEMENT_COLUMNS.items():
+                value = next((row[n] for n in names if row.get(n) is not None), None)
+                if column == "jit_ms" and value is not None:
+                    value += sum(row.get(n) or 0.0 for n in JIT_TIMES)
+                columns[column].append(value)
+        self.store.append("statement_readings", columns)
 
     def _explain_busiest(self, step_id: int, exec_ms: dict[int, float]) -> None:
         """The generic plans of the step's busiest statements not yet explained."""

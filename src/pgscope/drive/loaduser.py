@@ -40,8 +40,12 @@ from pathlib import Path
 from pgscope.files import copy_new
 from pgscope.leftovers import claim
 from pgscope.proc import RunAs, server_account
+from pgscope.target.conn import ConnParams
 
 FALLBACK_ACCOUNT = "nobody"
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+SERVICE = "pgscope"  # the section of the service file that carries the SSL key's passphrase
 
 
 def load_account(requested: str | None) -> RunAs:
@@ -92,6 +96,32 @@ class LoadUser:
             os.chown(path, -1, self.run_as.gid)
         os.chmod(path, mode)
         return path
+
+    def libpq_env(self, conn: ConnParams) -> dict[str, str]:
+        """The environment pgbench and psql connect with: the password in PGPASSWORD, and
+        the SSL key's passphrase, which libpq takes from no variable, in a service file in
+        the working directory (0600, the account's), named by PGSERVICEFILE and PGSERVICE:
+        neither ever in their arguments. What pgbench can read, a `\\shell` it runs could
+        too; on a user's server shell commands are refused unless --allow-writes."""
+        env = conn.env()
+        passphrase = conn.secrets.get("sslpassword")
+        if passphrase is None:
+            return env
+        path = self.workdir / "pg_service.conf"
+        folder = os.open(self.workdir, _FOLDER)  # the account's: never through a link
+        try:
+            # Written once, in a directory the account owns: never through a link.
+            fd = os.open(path.name, _NEW_FILE, 0o600, dir_fd=folder)
+        except FileExistsError:
+            pass  # an earlier program's, still as written
+        else:
+            with os.fdopen(fd, "w") as service:
+                service.write(f"[{SERVICE}]\nsslpassword={passphrase}\n")
+                if self.run_as.switches_user:
+                    os.fchown(service.fileno(), self.run_as.uid, self.run_as.gid)
+        finally:
+            os.close(folder)
+        return {**env, "PGSERVICEFILE": str(path), "PGSERVICE": SERVICE}
 
     def step_folder(self, name: str) -> Path:
         """A folder the account writes in for one step (pgbench's transaction logs)."""

@@ -198,6 +198,33 @@ class StepRun:
         return [] if self.user is None else self.user.take_logs(self.log_prefix)
 
 
+def current_scale(conn: ConnParams) -> int | None:
+    """The scale of the pgbench tables on `conn`'s server (pgbench's own rule: rows in
+    branches), None where there are none; a role that may not count them is told the GRANT."""
+    with conn.connect() as session:
+        row = session.execute("SELECT to_regclass('pgbench_branches') IS NOT NULL").fetchone()
+        if not row or not row[0]:
+            return None
+        try:
+            count = session.execute("SELECT count(*) FROM pgbench_branches").fetchone()
+        except psycopg.errors.InsufficientPrivilege:
+            raise missing_grants(
+                current_role(session),
+                {"pgbench_branches": ["SELECT"]},
+                "pgbench counts its rows for the scale",
+            ) from None
+    return int(count[0]) if count else None
+
+
+def tables_needed(scale: int, existing: int | None) -> RefusedError:
+    """The refusal to create pgbench's tables on a user's server without --allow-writes."""
+    have = f"they are at scale {existing}" if existing else "they do not exist"
+    return RefusedError(
+        f"pgbench tables at scale {scale} are needed but {have}; initialising writes "
+        f"to the server: pass --allow-writes to let pgscope create them"
+    )
+
+
 @dataclass(frozen=True)
 class Pgbench:
     pg: PgBinaries
@@ -206,7 +233,7 @@ class Pgbench:
     user: LoadUser  # who runs pgbench (never root: scripts can run shell commands), and where
 
     def _env(self) -> dict[str, str]:
-        env = self.conn.env()
+        env = self.user.libpq_env(self.conn)
         if self.read_only:
             # The server itself rejects any write a script attempts (drive/readonly.py).
             env["PGOPTIONS"] = READ_ONLY_OPTION
@@ -220,19 +247,7 @@ class Pgbench:
 
     def current_scale(self) -> int | None:
         """The scale of existing pgbench tables (pgbench's own rule: rows in branches)."""
-        with self.conn.connect() as conn:
-            row = conn.execute("SELECT to_regclass('pgbench_branches') IS NOT NULL").fetchone()
-            if not row or not row[0]:
-                return None
-            try:
-                count = conn.execute("SELECT count(*) FROM pgbench_branches").fetchone()
-            except psycopg.errors.InsufficientPrivilege:
-                raise missing_grants(
-                    current_role(conn),
-                    {"pgbench_branches": ["SELECT"]},
-                    "pgbench counts its rows for the scale",
-                ) from None
-        return int(count[0]) if count else None
+        return current_scale(self.conn)
 
     def initialise(
         self, scale: int, *, allow_writes: bool, say: Callable[[str], None] | None = None
@@ -247,11 +262,7 @@ class Pgbench:
         if existing == scale:
             return False
         if not allow_writes:
-            have = f"they are at scale {existing}" if existing else "they do not exist"
-            raise RefusedError(
-                f"pgbench tables at scale {scale} are needed but {have}; initialising writes "
-                f"to the server: pass --allow-writes to let pgscope create them"
-            )
+            raise tables_needed(scale, existing)
         argv: list[str | os.PathLike[str]] = [
             self.pg.path("pgbench"),
             "-i",
@@ -268,7 +279,7 @@ class Pgbench:
             argv,
             run_as=self.user.run_as,
             cwd=self.user.workdir,
-            env=self.conn.env(),
+            env=self.user.libpq_env(self.conn),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

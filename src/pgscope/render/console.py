@@ -156,10 +156,17 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
             )
     print_capacity(console, result)
     print_variants(console, result)
+    if result.xids is not None:
+        console.print(f"\n{result.xids.describe()}", highlight=False, markup=False)
+        many = result.xids.warning()
+        if many:
+            console.print(f"[yellow]warning:[/yellow] {escape(many)}", highlight=False)
     if result.waits is not None:
         print_waits(console, result.waits, result.scalability.variants())
     print_collectors(console, result)
-    failed = [s for s in result.steps if s.status not in ("ok", "idle")]
+    # An observation's idle, mixed and short windows are results (its windows table says
+    # which); a window it could not close is not.
+    failed = [s for s in result.steps if s.status not in ("ok", "idle", "mixed", "short")]
     for step in failed[:5]:
         console.print(
             f"[{'yellow' if step.status == 'errors' else 'red'}]step {step.step_id} "

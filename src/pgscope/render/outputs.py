@@ -8,12 +8,11 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from rich.console import Console
-
 from pgscope.analyze.model import RunAnalysis
 from pgscope.files import write_atomic
 from pgscope.render.console import print_summary
 from pgscope.render.html import write_report
+from pgscope.render.inert import InertConsole
 from pgscope.render.json_doc import run_document
 
 
@@ -36,6 +35,6 @@ def summary_text(analysis: RunAnalysis) -> str:
     """The console summary as a file: each paragraph one line, for the reader's editor or pager
     to wrap (a hard wrap at 110 columns cut phrases and left the padding as trailing spaces);
     the tables keep their columns, without trailing spaces."""
-    recorder = Console(record=True, width=110, soft_wrap=True, file=io.StringIO())
+    recorder = InertConsole(record=True, width=110, soft_wrap=True, file=io.StringIO())
     print_summary(recorder, analysis)
     return "".join(line.rstrip() + "\n" for line in recorder.export_text().splitlines())

@@ -61,7 +61,7 @@ def run_init_sql(pg: PgBinaries, conn: ConnParams, path: Path, user: LoadUser) -
             argv,
             run_as=user.run_as,
             cwd=path.parent,
-            env=conn.env(),
+            env=user.libpq_env(conn),
             stdin=script,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -10,7 +10,9 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
-from pgscope.spec import OfferedRate, Spec
+from pgscope.errors import SpecError
+from pgscope.spec import MAX_STEPS, OfferedRate, Spec
+from pgscope.words import counted
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,19 @@ def plan_steps(spec: Spec, cores: int, seed: int) -> list[PlannedStep]:
     rng = random.Random(seed)
     variants = list(spec.variants)
     clients = spec.client_counts(cores)
+    rates = spec.offered_rates()
+    # Each repeat block has the sweep's cells and, open loop, the rates.
+    total = len(variants) * (len(clients) + len(rates)) * spec.repeats
+    if total > MAX_STEPS:  # said before the list of them is made
+        per_block = counted(len(clients), "client count")
+        if rates:
+            per_block = f"({per_block} + {counted(len(rates), 'rate')})"
+        raise SpecError(
+            f"the experiment has {total:,} steps ({counted(len(variants), 'variant')} "
+            f"x {per_block} x {counted(spec.repeats, 'repeat')}); "
+            f"at most {MAX_STEPS:,} can run: fewer client counts (--clients 1,2,4-8), "
+            f"rates, repeats or variants"
+        )
     steps: list[PlannedStep] = []
     for repeat in range(1, spec.repeats + 1):
         block_variants = variants[:]
@@ -71,7 +86,6 @@ def plan_steps(spec: Spec, cores: int, seed: int) -> list[PlannedStep]:
                 rng.shuffle(block_clients)
             for n in block_clients:
                 steps.append(PlannedStep(len(steps) + 1, variant, n, repeat))
-    rates = spec.offered_rates()
     if not rates:
         return steps
     # The rates after the whole sweep: a share of the peak needs the peak measured. Their

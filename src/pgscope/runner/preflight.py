@@ -6,8 +6,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from pgscope.drive.pgbench import current_scale, tables_needed
 from pgscope.drive.readonly import lifting_statement
-from pgscope.errors import EnvironmentProblem, RefusedError, SpecError
+from pgscope.errors import EnvironmentProblem, RefusedError, SpecError, TargetError
 from pgscope.runner.variants import effective_settings, variant_cpus, variant_instances
 from pgscope.spec import WRITE_WORKLOADS, LoadedSpec, ScriptRef, Spec, setting_text
 from pgscope.target.conn import ConnParams
@@ -30,7 +31,7 @@ def check_request(
         return
     check_server_request(loaded.spec, ExistingServer(target, allow_writes), allow_writes)
     if not allow_writes:
-        check_read_only_scripts(loaded.scripts())
+        check_read_only_scripts(loaded.scripts(), loaded.spec.protocol)
 
 
 def check_host_fits(loaded: LoadedSpec, cores: int) -> None:
@@ -51,16 +52,43 @@ def check_host_fits(loaded: LoadedSpec, cores: int) -> None:
         )
 
 
-def check_read_only_scripts(scripts: list[ScriptRef]) -> None:
+def check_read_only_scripts(scripts: list[ScriptRef], protocol: str) -> None:
     """Refuse, before any load, a script that could lift the read-only guard on a user's
     server (drive/readonly.py says what and why)."""
-    for script in scripts:
-        why = lifting_statement(script.path)
-        if why is not None:
-            raise RefusedError(
-                f"script {why} could lift the read-only guard on your server; pgscope only "
-                f"reads from an existing server unless you pass --allow-writes"
-            )
+    why = lifting_statement([script.path for script in scripts], protocol)
+    if why is not None:
+        raise RefusedError(
+            f"script {why} could lift the read-only guard on your server; pgscope only "
+            f"reads from an existing server unless you pass --allow-writes"
+        )
+
+
+def check_role(server: ExistingServer, scripts: list[ScriptRef]) -> str | None:
+    """Read-only rests on the role: a user's scripts run only as one that cannot write or act
+    beyond reading (target/privileges.py), else refused (exit 6) naming what it could do.
+    Without scripts, pgscope's own read-only workload runs under the read-only guard as any
+    role: what the role could do is returned, to be said."""
+    power = server.write_privilege()
+    if power is not None and scripts:
+        raise RefusedError(
+            f"{power}: a user script could write as it; use a role with SELECT only, "
+            f"or --allow-writes"
+        )
+    return power
+
+
+def check_tables(server: ExistingServer, scale: int) -> None:
+    """Without --allow-writes, pgbench's tables must already be there at the spec's scale:
+    said before a run folder exists. A role that may not count them is told which GRANT by
+    the run, which keeps that reason in its folder."""
+    if scale == 0:
+        return
+    try:
+        existing = current_scale(server.conn)
+    except TargetError:
+        return
+    if existing != scale:
+        raise tables_needed(scale, existing)
 
 
 def check_server_request(spec: Spec, server: ExistingServer, allow_writes: bool) -> None:

@@ -29,7 +29,13 @@ from pgscope.proc import RunAs, server_account
 from pgscope.runner.context import Reporter, RunContext
 from pgscope.runner.loop import run_steps
 from pgscope.runner.plan import plan_steps
-from pgscope.runner.preflight import check_folders, check_request, validate_variants
+from pgscope.runner.preflight import (
+    check_folders,
+    check_request,
+    check_role,
+    check_tables,
+    validate_variants,
+)
 from pgscope.runner.reproduce import keep_spec, keep_versions
 from pgscope.runner.topology import Topology
 from pgscope.signals import received, signals_as_exceptions, signals_deferred
@@ -91,11 +97,20 @@ def execute(
     pg.path("pgbench")  # fail now, not after initdb, when pgbench is missing
     server: ExistingServer | None = None
     account: RunAs | None = None
+    power: str | None = None
     if target is not None:
         server = ExistingServer(target, options.allow_writes)
         server.check_reachable()
         if not options.allow_writes:
-            verify_read_only(server.conn)
+            verify_read_only(server.conn, scripts=bool(loaded.scripts()))
+            power = check_role(server, loaded.scripts())
+            check_tables(server, spec.scale)
+        if power is not None:
+            power = (
+                f"{power}; the built-in {spec.workload} workload runs under the read-only "
+                f"guard only (a user script would be refused)"
+            )
+            reporter.phase(power)
     else:
         account = server_account(options.run_as)
 
@@ -123,6 +138,8 @@ def execute(
         _fail(store, run_dir, exc)
         raise
     store.add_event("plan", f"{len(steps)} steps, seed {seed}, {cores} usable cores")
+    if power is not None:
+        store.add_event("privileges", power)
     for leftover in leftovers.find([work_parent, Path(tempfile.gettempdir())]):
         reporter.phase(f"removing what a killed run left: {leftover.describe()}")
         leftovers.remove(leftover)

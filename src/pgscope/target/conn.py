@@ -1,13 +1,17 @@
 """Connection parameters shared by psycopg (our queries) and pgbench (the load).
 
-The password travels only in the environment (PGPASSWORD), never in argv: a process title
-is readable by every user of the host.
+The secrets a connection string can hold (SECRET_KEYS: the password, and the passphrase of
+the client's SSL key) are kept apart from the rest: never in a program's arguments (a
+process title is readable by every user of the host), in what is shown or stored (the run
+folder, its summary and report). The password reaches pgbench and psql in their environment
+(PGPASSWORD), the SSL passphrase, which has no environment variable, in a service file of
+their own (drive/loaduser.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -22,12 +26,23 @@ APPLICATION_NAME = "pgscope"
 # it has asked their application_name (a collector's one-statement session at a window edge,
 # seen as a ninth client).
 OWN_BACKENDS: set[int] = set()
+# The libpq keywords whose values are secrets: masked wherever a connection is shown, stored
+# or passed in argv.
+SECRET_KEYS = ("password", "sslpassword")
+MAX_SSLPASSWORD = 200
 
 
 @dataclass(frozen=True)
 class ConnParams:
-    params: dict[str, str] = field(default_factory=dict)  # libpq keywords, no password
-    password: str | None = None
+    params: dict[str, str] = field(default_factory=dict)  # libpq keywords, no secret
+    secrets: dict[str, str] = field(default_factory=dict)  # those of SECRET_KEYS given
+
+    @property
+    def password(self) -> str | None:
+        return self.secrets.get("password")
+
+    def with_password(self, password: str) -> ConnParams:
+        return replace(self, secrets={**self.secrets, "password": password})
 
     @classmethod
     def from_dsn(cls, dsn: str, where: str = "--dsn") -> ConnParams:
@@ -46,15 +61,33 @@ class ConnParams:
             params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
         except psycopg.ProgrammingError as exc:
             raise UsageError(f"{where}: not a valid connection string: {exc}") from None
-        password = params.pop("password", None)
-        return cls(params, password)
+        secrets = {key: params.pop(key) for key in SECRET_KEYS if key in params}
+        sslpassword = secrets.get("sslpassword")
+        if sslpassword is not None and "service" in params:
+            raise UsageError(
+                f"{where}: sslpassword with service={params['service']}: pgscope passes the "
+                f"SSL key's passphrase to pgbench in a service file of its own; put sslpassword "
+                f"in that service's section instead"
+            )
+        if sslpassword is not None and (
+            sslpassword != sslpassword.strip()
+            or "\n" in sslpassword
+            or "\r" in sslpassword
+            or len(sslpassword.encode()) > MAX_SSLPASSWORD
+        ):
+            raise UsageError(
+                f"{where}: an sslpassword with a line break, spaces at either end or more "
+                f"than {MAX_SSLPASSWORD} bytes cannot be passed to pgbench (a line of a libpq "
+                f"service file holds it, and PostgreSQL 15's reads 255 bytes of one)"
+            )
+        return cls(params, secrets)
 
     @property
     def dbname(self) -> str:
         return self.params.get("dbname", "")
 
     def conninfo(self) -> str:
-        """The libpq connection string without the password (safe to show and store)."""
+        """The libpq connection string without its secrets (safe to show and store)."""
         return make_conninfo(**self.params)
 
     def env(self) -> dict[str, str]:
@@ -71,8 +104,7 @@ class ConnParams:
         kwargs: dict[str, object] = dict(self.params)
         kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
         kwargs.setdefault("application_name", application_name)
-        if self.password:
-            kwargs["password"] = self.password
+        kwargs.update(self.secrets)
         if options:
             kwargs["options"] = options
         try:

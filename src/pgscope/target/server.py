@@ -1,20 +1,22 @@
 """Existing-server target: a user's PostgreSQL reached by DSN.
 
 pgscope never changes such a server's settings (variants are embedded-only), and creates
-tables or runs write workloads only with --allow-writes. Without it, pgbench sessions run with
+tables or runs write workloads only with --allow-writes. Without it, a user's scripts run only
+as a role that cannot write (target/privileges.py), and pgbench sessions run with
 default_transaction_read_only=on, so the server itself rejects a write a script attempts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from pgscope.errors import RefusedError, TargetError
 from pgscope.target.conn import ConnParams
+from pgscope.target.privileges import write_privilege
 
 
 @dataclass
@@ -31,7 +33,7 @@ class ExistingServer:
             conn.execute("SELECT 1")
             used = conn.info.password
         if used and not self.conn.password:
-            self.conn = replace(self.conn, password=used)
+            self.conn = self.conn.with_password(used)
 
     def is_alive(self) -> bool:
         try:
@@ -40,6 +42,11 @@ class ExistingServer:
         except (TargetError, psycopg.Error):
             return False
         return True
+
+    def write_privilege(self) -> str | None:
+        """What the connecting role could do beyond reading (target/privileges.py), or None."""
+        with self.conn.connect() as session:
+            return write_privilege(session)
 
     def check_privileges(self, needs: Mapping[str, Sequence[str]], why: str) -> None:
         """Raise TargetError naming the GRANT when the connecting role lacks one of `needs`

@@ -28,6 +28,14 @@ DROP_AFTER_BEST = FactKind(
     SWEEP,
     ("pgbench",),
 )
+GROWTH_SHOWN = FactKind(
+    "scaling.growth_shown",
+    "yes/no",
+    "throughput at the best client count is above every lower client count's beyond their "
+    "95% intervals (absent where a cell has one repeat)",
+    "a sweep of 2 or more client counts, 2 or more repeats each",
+    ("pgbench",),
+)
 # Coefficients like κ, not shares: the fit lets σ pass 1 (throughput falling from the first
 # client), where "131% serialised" would mean nothing.
 SIGMA = FactKind("usl.sigma", "coefficient", "USL contention σ", FIT, ("usl",))
@@ -56,6 +64,12 @@ class ScalingFamily(Family):
             )
             best = max(cells, key=lambda c: c.tps_mean or 0.0)
             sheet.add(BEST_CLIENTS, best.clients, BEST_CLIENTS.label)
+            lower = [c for c in cells if c.clients < best.clients]
+            if lower and best.tps_ci95 and all(c.tps_ci95 for c in lower):
+                above = all(
+                    best.tps_ci95[0] > c.tps_ci95[1] for c in lower if c.tps_ci95 is not None
+                )
+                sheet.add(GROWTH_SHOWN, 1.0 if above else 0.0, GROWTH_SHOWN.label)
             sheet.add(
                 DROP_AFTER_BEST,
                 1 - high.tps_mean / (best.tps_mean or high.tps_mean),
