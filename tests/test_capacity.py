@@ -291,3 +291,23 @@ def test_a_rate_met_above_a_miss_is_noise_not_capacity() -> None:
 def test_a_run_without_rates_has_no_capacity() -> None:
     rows = [{**_row(1, 0, 1, 5000.0), "rate": None}]
     assert capacity.analyse(rows, {}, {}, scaling_analyse(rows, bootstrap=0), []) is None
+
+
+def test_a_pool_too_small_for_a_rate_is_said_with_the_clients_that_would_sustain_it() -> None:
+    """Driven by 2 clients busy all the time (Little's law: 3,000 tps x 0.66 ms over 2
+    clients), 4,000 tps was not kept up with, where the sweep measured 6,000 at 4 clients:
+    the pool, not the server, ran short, and the run says so."""
+    rows = [
+        {**_row(i + 1, 0, 1, tps), "rate": None, "rate_share": None, "clients": n}
+        for i, (n, tps) in enumerate(((1, 2000.0), (2, 3000.0), (4, 6000.0)))
+    ]
+    for i, (rate, tps) in enumerate(((2000.0, 2000.0), (4000.0, 3000.0))):
+        rows.append(_row(10 + i, rate, 1, tps, clients=2, latency_mean_ms=0.86, lag_mean_ms=0.2))
+    found = capacity.analyse(rows, {}, {}, scaling_analyse(rows, bootstrap=0), [])
+    assert found is not None
+    [base] = found.variants
+    short = base.cells[-1]
+    assert short.kept_up is False and short.pool_busy == pytest.approx(3000 * 0.66e-3 / 2)
+    said = " ".join(base.said)
+    assert "2 clients could not sustain 4,000 tps: they were busy 99.0% of the time" in said
+    assert "6,000 tps at 4 clients: more clients (--rate-clients) would" in said

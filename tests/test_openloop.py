@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pgscope.target.embedded import EmbeddedCluster
+from pgscope.target.pgbin import PgBinaries
 from tests.browser import CHROMIUM, CHROMIUM_FLAGS
 from tests.cli import pgscope
 from tests.planted import CASES, spec_text
@@ -226,3 +229,36 @@ def test_the_knee_is_diagnosed_as_any_cell_is(tmp_path: Path) -> None:
     accounts = [a for a in doc["accounts"] if a["rate"] == knee["rate"]]
     assert accounts and accounts[0]["samples"] > 0
     assert math.isclose(sum(c["share"] for c in accounts[0]["root"]["children"]), 1, abs_tol=0.01)
+
+
+def test_rates_on_a_users_server_run_read_only(
+    cluster: EmbeddedCluster, pg: PgBinaries, tmp_path: Path
+) -> None:
+    """--dsn: the rates run as the sweep does, by a role that can only read, under the same
+    read-only guard (the server itself refuses a write), and the run reports their capacity."""
+    subprocess.run(
+        [pg.path("pgbench"), "-i", "-s", "1", "-q", cluster.conn.conninfo()],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with cluster.connect() as conn:
+        conn.execute("CREATE ROLE reader LOGIN")
+        conn.execute("GRANT pg_monitor TO reader")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
+    dsn = f"host={cluster.socket_dir} port={cluster.port} user=reader dbname=postgres"
+    result = pgscope(
+        "run", "--dsn", dsn, "--workload", "select-only", "--scale", "1", "--clients", "1,2",
+        "--rate", "50%,150%", "--slo", "p99<50ms", "--duration", "2", "--warmup", "1",
+        "--repeats", "1", "--collectors", "activity", "--json",
+        "--results-dir", str(tmp_path / "r"),
+    )  # fmt: skip
+    doc = run_doc(result)
+    rated = [s for s in doc["steps"] if s["rate"] is not None]
+    assert len(rated) == 2 and all(s["clients"] == 2 and s["tps"] > 0 for s in rated)
+    assert all(s["schedule"]["latency_limit_ms"] == 50 for s in rated)
+    assert doc["target"]["kind"] == "server"
+    [estimate] = _variant(doc)["capacities"]
+    assert estimate["objective"] == "p99<50ms"
+    assert doc["verdict"].startswith("Capacity (2 clients): ")
+    with cluster.connect() as conn:
+        written = conn.execute("SELECT count(*) FROM pgbench_history").fetchone()
+    assert written == (0,), "select-only, read-only: nothing written"
