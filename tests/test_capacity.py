@@ -311,3 +311,18 @@ def test_a_pool_too_small_for_a_rate_is_said_with_the_clients_that_would_sustain
     said = " ".join(base.said)
     assert "2 clients could not sustain 4,000 tps: they were busy 99.0% of the time" in said
     assert "6,000 tps at 4 clients: more clients (--rate-clients) would" in said
+
+
+def test_a_late_start_in_an_idle_pool_is_said_to_be_the_load_generators() -> None:
+    """At 2,000 tps 8 clients are busy 4% of the time, yet the p99 lag is 3 ms: no client
+    was missing, pgbench woke late."""
+    rows = [{**_row(1, 0, 1, 5000.0), "rate": None, "rate_share": None, "clients": 8}]
+    rows.append(_row(2, 2000.0, 1, 2000.0, lag_p99_ms=3.0, latency_mean_ms=0.36, lag_mean_ms=0.2))
+    found = capacity.analyse(rows, {}, {}, scaling_analyse(rows, bootstrap=0), [])
+    assert found is not None
+    said = " ".join(found.variants[0].said)
+    assert "At 2,000 tps the clients were busy 4.0% of the time, yet 1% of the" in said
+    assert "started 3.00 ms or more after their time: pgbench waking late" in said
+    rows[-1]["lag_p99_ms"] = 0.05
+    found = capacity.analyse(rows, {}, {}, scaling_analyse(rows, bootstrap=0), [])
+    assert found is not None and "pgbench waking late" not in " ".join(found.variants[0].said)

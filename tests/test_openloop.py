@@ -30,6 +30,21 @@ def _variant(doc: dict[str, Any]) -> dict[str, Any]:
     return dict(variant)
 
 
+def _shown(doc: dict[str, Any]) -> None:
+    """What the run measured, printed for `pytest -rP` (the figures docs/capacity.md quotes)."""
+    variant = _variant(doc)
+    print(doc["run_dir"], f"peak {variant['peak_tps']:,.0f} at {variant['peak_clients']}")
+    for c in variant["cells"]:
+        print(
+            f"{c['rate']:>9,.0f} ({c['share_of_peak']:.0%})  achieved {c['achieved_tps']:,.0f} "
+            f"({c['achieved_share']:.1%})  p50 {c['p50_ms']:.2f}  p99 {c['p99_ms']:.2f}  lag p99 "
+            f"{c['lag_p99_ms']:.2f}  service p99 {c['service_p99_ms']:.2f}  growth "
+            f"{c['growth_ms_per_s']}  objectives {c['objectives']}"
+        )
+    print(json.dumps(variant["knee"]), json.dumps(variant["capacities"]), sep="\n")
+    print(*variant["said"], doc["verdict"], sep="\n")
+
+
 def _closed(doc: dict[str, Any], clients: int) -> list[dict[str, Any]]:
     return [s for s in doc["steps"] if s["rate"] is None and s["clients"] == clients]
 
@@ -45,6 +60,7 @@ def test_the_capacity_recipe_finds_the_knee_and_shows_what_the_closed_loop_hides
         "run", "capacity", "--quick", "--json", "--results-dir", str(tmp_path), timeout=900
     )
     doc = run_doc(result)
+    _shown(doc)
     variant = _variant(doc)
     cells = variant["cells"]
     peak = max(c["tps_mean"] for c in doc["scalability"]["cells"])
@@ -111,6 +127,7 @@ def test_the_capacity_at_an_objective_is_in_the_verdict_the_summary_and_the_char
         timeout=1200,
     )
     doc = run_doc(result)
+    _shown(doc)
     variant = _variant(doc)
     [estimate] = variant["capacities"]
     assert estimate["objective"] == "p99<5ms" and estimate["threshold_ms"] == 5.0
@@ -186,6 +203,8 @@ def test_a_lock_held_mid_step_backs_up_the_open_loop_and_not_the_closed_loop(
         "[collectors]\nactivity = {}\n"
     )
     doc = run_doc(pgscope("run", str(spec), "--json", "--results-dir", str(tmp_path / "r")))
+    for step in doc["steps"]:
+        print(step["rate"], step["tps"], step["latency_ms"], step["schedule"])
     [closed] = _closed(doc, 2)
     [rated] = [s for s in doc["steps"] if s["rate"] is not None]
     # The lock reached both: the closed loop's slowest transactions waited it out...
@@ -212,6 +231,7 @@ def test_the_knee_is_diagnosed_as_any_cell_is(tmp_path: Path) -> None:
     doc = run_doc(pgscope("run", str(spec), "--json", "--results-dir", str(tmp_path / "r")))
     variant = _variant(doc)
     [knee] = doc["diagnosis"]["knees"]
+    print(knee["note"], [f["id"] for f in knee["findings"]])
     cell = next(c for c in variant["cells"] if c["rate"] == knee["rate"])
     assert knee["findings"], knee
     # The planted cases expect a quiet host; on a shared one, processes outside the cluster
