@@ -236,6 +236,7 @@ def test_the_knee_is_the_first_rate_not_kept_up_with_and_beyond_it_the_server_sa
     assert "not with 10,000 tps" in said and "grew 40.0 ms every second" in said
     assert "Closed loop at the same 8 clients" in said and "coordinated omission" in said
     assert "The USL fit predicts the knee" in said and "measured: 8,850 tps" in said
+    assert "skips" not in said, "nothing skipped: the prediction stands as it is"
 
 
 def test_the_capacity_interpolates_each_repeats_crossing_and_has_an_interval() -> None:

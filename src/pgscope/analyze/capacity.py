@@ -48,6 +48,7 @@ POOL_BUSY = 0.9
 # late; a p99 lag of this much is worth saying (a quiet host's is tens of microseconds).
 IDLE_POOL = 0.3
 OWN_LAG_MS = 1.0
+SKIPPING = 0.05  # a share of skipped transactions beyond the knee that lowers its throughput
 
 
 @dataclass(frozen=True)
@@ -587,10 +588,26 @@ def _said(capacity: VariantCapacity, closed_cells: list[Cell]) -> list[str]:
             if knee.saturated_tps is not None
             else "; not measured: no rate offered was beyond it"
         )
+        # Under --latency-limit pgbench drops the transactions already late: the pool idles
+        # while the schedule catches up, and completes less than a closed loop would.
+        skipping = [
+            c
+            for c in cells
+            if knee.first_beyond is not None
+            and c.rate >= knee.first_beyond
+            and (c.skipped_share or 0.0) >= SKIPPING
+        ]
+        caveat = (
+            f" (below the prediction where pgbench skips the transactions already later "
+            f"than its latency limit: {_share(skipping[-1].skipped_share)} at "
+            f"{skipping[-1].rate:,.0f} tps; the pool then idles while the schedule catches up)"
+            if skipping and knee.saturated_tps is not None
+            else ""
+        )
         said.append(
             f"The USL fit predicts the knee at {knee.predicted_tps:,.0f} tps{band}: {who} "
             f"never idle complete what the closed loop does at {who} (Little's law: N clients "
-            f"over the latency R(N) each){measured}."
+            f"over the latency R(N) each){measured}{caveat}."
         )
     said += _own_lag(cells)
     more = [c for c in closed_cells if c.clients > capacity.clients]
