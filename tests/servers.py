@@ -106,3 +106,28 @@ def shared_cluster(
         pg, server_account(None), log, {**benchmark_defaults(16), **SMALL_SERVER}
     ) as running:
         yield running
+
+
+def wait_for_sessions(
+    cluster: EmbeddedCluster, count: int, application: str = "pgbench", timeout: float = 60
+) -> None:
+    """Until `count` sessions of `application` are connected to `cluster` (a load under way)."""
+    from tests.poll import wait_until
+
+    def connected() -> bool:
+        with cluster.connect() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                [application],
+            ).fetchone()
+        return bool(row and row[0] >= count)
+
+    wait_until(connected, f"{count} sessions of {application}", timeout, every=0.1)
+
+
+def setting(cluster: EmbeddedCluster, name: str) -> str:
+    """A setting as a new session sees it (after a reload, once the server has read it)."""
+    with cluster.connect() as conn:
+        row = conn.execute("SELECT current_setting(%s)", [name]).fetchone()
+    assert row is not None
+    return str(row[0])

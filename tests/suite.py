@@ -4,11 +4,11 @@ after the whole suite, that nothing it started is left."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +18,7 @@ import pytest
 
 from pgscope.target.embedded import NO_SERVER_ENV, TEMPLATES_ENV, ServerForbidden
 from tests import cli
+from tests.poll import wait_until
 
 # Every process this test session starts inherits this marker in its environment, and every
 # cluster directory lands in this session's own TMPDIR: the leftover check below then sees
@@ -142,13 +143,48 @@ def no_leftovers() -> Iterator[None]:
     """After the whole suite: no process and no cluster directory that the suite made."""
     yield
     cli.stop_zygote()
-    deadline = time.monotonic() + 15
-    while True:
-        left_procs = server_processes()
-        left_dirs = pgscope_temp_dirs()
-        if not (left_procs or left_dirs) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    with contextlib.suppress(AssertionError):
+        wait_until(
+            lambda: not (server_processes() or pgscope_temp_dirs()), "the suite's leftovers", 15
+        )
+    left_procs, left_dirs = server_processes(), pgscope_temp_dirs()
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
     assert not left_procs, f"processes left behind by the suite: {describe(left_procs)}"
     assert not left_dirs, f"cluster directories left behind by the suite: {sorted(left_dirs)}"
+
+
+def programs(pids: set[int]) -> set[str]:
+    """The names (`comm`) of those of `pids` still running."""
+    names = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            names.add(Path(f"/proc/{pid}/comm").read_text().strip())
+    return names
+
+
+def wait_for_programs(before: set[int], names: set[str], timeout: float = 120) -> set[int]:
+    """The processes this session started since `before`, once `names` all run among them."""
+
+    def started() -> set[int] | None:
+        now = server_processes() - before
+        return now if names <= programs(now) else None
+
+    return wait_until(started, f"{', '.join(sorted(names))} running", timeout, every=0.05)
+
+
+def wait_for_nothing_left(
+    before: set[int], before_dirs: set[str] | None = None, timeout: float = 15
+) -> None:
+    """Until no process started since `before` (and no scratch folder made since
+    `before_dirs`) is left: a command's exit can precede its last child's by a moment. The
+    assertion names what stayed."""
+
+    def left() -> tuple[set[int], set[str]]:
+        dirs = pgscope_temp_dirs() - before_dirs if before_dirs is not None else set()
+        return server_processes() - before, dirs
+
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: left() == (set(), set()), "nothing left", timeout, every=0.05)
+    procs, dirs = left()
+    assert not procs, f"processes left: {describe(procs)}"
+    assert not dirs, f"folders left: {sorted(dirs)}"

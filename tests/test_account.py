@@ -141,7 +141,48 @@ def test_an_index_lookup_is_where_time_goes_not_a_cause() -> None:
     execution = _node("part", "execution", 0.95, [lookup], part="execution")
     (reading,) = paths.readings(_account(_statement(0.97, execution, text="select abalance")))
     assert reading.mechanism is None
-    assert reading.title.startswith("The statement's time goes to a Index Scan")
+    assert reading.title.startswith("The statement's time goes to an Index Scan")
+
+
+# A wait event names its mechanism whichever statement waits (PostgreSQL's own meaning of
+# it), and a statement on CPU with nothing deeper names none.
+WAIT_MECHANISMS = {
+    "LWLock:SubtransSLRU": "subtransactions",
+    "LWLock:MultiXactMemberSLRU": "multixacts",
+    "LWLock:XactSLRU": "commit-status-lookups",
+    "LWLock:WALInsert": "wal-insert",
+    "LWLock:BufferContent": "hot-page",
+    "LWLock:BufferMapping": "buffer-replacement",
+    "LWLock:ProcArray": "procarray",
+    "LWLock:SerializableXactHash": "serializable-predicate-locks",
+    "LWLock:SInvalRead": "catalog-invalidation",
+    "LWLock:pg_stat_statements": "pg-stat-statements-lock",
+    "LWLock:LockManager": "lock-manager",
+    "LWLock:SomeExtensionTranche": "lwlock-hotspot",
+    "Lock:extend": "relation-extension",
+    "Lock:object": "notify-queue",
+    "Lock:spectoken": "speculative-insert",
+    "Lock:transactionid": "hot-row-locks",
+    "Lock:advisory": "object-lock-queue",
+    "IO:BufFileWrite": "temp-file-io",
+    "IO:DataFileWrite": "backend-writes",
+    "IO:WALInitWrite": "wal-segment-creation",
+    "IO:SLRURead": "slru-io",
+    "IPC:BgWorkerStartup": "parallel-query-overhead",
+    "IPC:CheckpointDone": "checkpoint-requests",
+    "Timeout:SpinDelay": "spin-delay",
+    "CPU": None,
+}
+
+
+@pytest.mark.parametrize(("event", "expected"), WAIT_MECHANISMS.items())
+def test_a_wait_event_names_its_mechanism(event: str, expected: str | None) -> None:
+    klass = event.split(":")[0]
+    statement = _statement(0.6, text="select f($1)", event=event)
+    (reading,) = paths.readings(_account(statement, event=event, klass=klass))
+    assert (reading.mechanism.id if reading.mechanism else None) == expected, reading.title
+    if expected is None:
+        assert reading.title.startswith("One statement takes the time (CPU)")
 
 
 def test_a_path_below_the_share_worth_naming_is_not_a_finding() -> None:

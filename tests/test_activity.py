@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from pgscope.render.waits import live_view
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.cli import one_line_error, pgscope
-from tests.servers import SMALL_SERVER
+from tests.poll import elapse
+from tests.servers import SMALL_SERVER, wait_for_sessions
 
 pytestmark = pytest.mark.server
 
@@ -93,7 +93,7 @@ def test_sample_json_profile_sums_to_one_and_agrees_with_pg_wait_sampling(
 ) -> None:
     load = background_load(pg, pgws_cluster)
     try:
-        time.sleep(2)
+        wait_for_sessions(pgws_cluster, 8)
         result = pgscope(
             "sample",
             "--dsn",
@@ -215,15 +215,8 @@ def test_losing_the_connection_keeps_samples_and_says_so(
         stderr=subprocess.PIPE,
         text=True,
     )
-    with cluster.connect() as conn:  # wait until the sampler is connected and sampling
-        for _ in range(100):
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgscope-sampler'"
-            ).fetchone()
-            if row and row[0]:
-                break
-            time.sleep(0.1)
-    time.sleep(3)
+    wait_for_sessions(cluster, 1, "pgscope-sampler")  # connected and sampling
+    elapse(3, "more than 100 samples before the restart")
     cluster.restart()
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 5, err

@@ -16,7 +16,6 @@ import re
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import pytest
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.cli import one_line_error, pgscope, start
+from tests.poll import elapse
 from tests.servers import SMALL_SERVER
 from tests.suite import SESSION_TMP
 from tests.test_readonly import RED_TEAM
@@ -352,7 +352,7 @@ def test_an_ssl_key_passphrase_is_kept_like_the_password(
         # tested in test_server_target): pgbench starts after that.
         if titles or "\npgscope run --dsn" in shown:
             titles += shown
-        time.sleep(0.2)
+        elapse(0.2, "between two readings of the titles")
     out, err = proc.communicate()
     assert proc.returncode == 0, err[-1500:]
     assert "pgbench" in titles and "sslmode=disable" in titles, "ps saw pgbench's arguments"

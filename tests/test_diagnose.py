@@ -436,3 +436,28 @@ def test_throughput_stops_growing_only_where_the_intervals_say_so() -> None:
             facts["scaling__growth_shown"] = shown
         verdict = diagnose([sheet(**facts), FactSheet(None, None)]).verdict
         assert words in verdict, verdict
+
+
+def test_a_mechanism_supersedes_a_rules_finding_about_one_name_only() -> None:
+    """The subtransactions finding says more than "LWLock hot spot: SubtransSLRU", and
+    nothing about a WALInsert hot spot beside it, nor about another variant."""
+    from pgscope.analyze.diagnose import _drop
+
+    def hot(tranche: str, variant: str) -> Finding:
+        return Finding("lwlock-hotspot", f"LWLock hot spot: {tranche}", "high", 0.4, variant,
+                       8, [], "", [])  # fmt: skip
+
+    found = {
+        "lwlock-hotspot": [
+            hot("SubtransSLRU", "base"),
+            hot("WALInsert", "base"),
+            hot("SubtransSLRU", "other"),
+        ]
+    }
+    _drop(found, ["lwlock-hotspot:SubtransSLRU"], "base")
+    assert [(f.title, f.variant) for f in found["lwlock-hotspot"]] == [
+        ("LWLock hot spot: WALInsert", "base"),
+        ("LWLock hot spot: SubtransSLRU", "other"),
+    ]
+    _drop(found, ["lwlock-hotspot"], "base")
+    assert [f.variant for f in found["lwlock-hotspot"]] == ["other"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import duckdb
@@ -13,7 +12,13 @@ import pytest
 
 from pgscope.runner.instances import split_clients
 from tests.cli import one_line_error, pgscope, start, stop_within, wait_for_line
-from tests.suite import pgscope_temp_dirs, server_processes
+from tests.poll import wait_until
+from tests.suite import (
+    pgscope_temp_dirs,
+    server_processes,
+    wait_for_nothing_left,
+    wait_for_programs,
+)
 
 SPEC = """
 workload = "select-only"
@@ -117,13 +122,14 @@ def test_ctrl_c_with_two_instances_running_leaves_nothing(tmp_path: Path) -> Non
     before_procs, before_dirs = server_processes(), pgscope_temp_dirs()
     proc = start(["run", str(spec), "--results-dir", str(tmp_path / "r")])
     wait_for_line(proc, "starting instance 2")
-    time.sleep(5)  # initialised, and the step's load running on both
-    running = server_processes() - before_procs
-    made = pgscope_temp_dirs() - before_dirs
-    clusters = {d for d in made if not d.startswith("pgscope-load-")}  # pgbench's, not a server's
-    assert len(clusters) == 2, f"two clusters while the step runs: {made}"
+    # Initialised, and the step's load running on both.
+    running = wait_for_programs(before_procs, {"pgbench", "postgres"})
+
+    def clusters() -> set[str]:  # pgbench's working folder is not a server's
+        return {d for d in pgscope_temp_dirs() - before_dirs if not d.startswith("pgscope-load-")}
+
+    assert len(wait_until(lambda: c if len(c := clusters()) >= 2 else None, "two clusters")) == 2
     err = stop_within(proc, signal.SIGINT)
     assert proc.returncode == 130, err
-    time.sleep(1)
-    assert running and server_processes() - before_procs == set(), "no instance or pgbench left"
-    assert pgscope_temp_dirs() - before_dirs == set(), "no cluster directory left"
+    assert running
+    wait_for_nothing_left(before_procs, before_dirs)  # no instance or pgbench left

@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.cli import pgscope, start, stop_within, wait_for_line
+from tests.poll import elapse
 from tests.runs import top_finding
-from tests.servers import SMALL_SERVER
+from tests.servers import SMALL_SERVER, wait_for_sessions
 from tests.test_perf_unavailable import as_postgres, postgres_dir, run_as_postgres
 
 __all__ = ["postgres_dir"]  # a fixture, used by name
@@ -112,7 +112,7 @@ def test_observe_names_the_planted_cause_as_a_pg_monitor_role(
     path.chmod(0o644)
     load = external_load(pg, watched, path, 8, 30)
     try:
-        time.sleep(1)
+        wait_for_sessions(watched, 8)
         # --live: on a console that is not a terminal the view's last frame is printed at
         # the end (COLUMNS: wide enough that its lines are not wrapped).
         result = pgscope(
@@ -231,7 +231,7 @@ def test_every_statement_of_pgscope_in_the_log_is_a_read_or_a_session_setting(
     path.chmod(0o644)
     load = external_load(pg, watched, path, 4, 20)
     try:
-        time.sleep(1)
+        wait_for_sessions(watched, 4)
         observe(watched, tmp_path, "--duration", "4", "--window", "2")
     finally:
         stop(load)
@@ -271,7 +271,7 @@ def test_an_observed_usl_fit_matches_a_sweep_of_the_same_workload(
     )  # fmt: skip
     try:
         wait_for_line(watcher, "observing postmaster", timeout=60)
-        time.sleep(1)
+        elapse(1, "the observation's first second, before the sweep")
         swept = pgscope(
             "run", "--dsn", watched.conn.conninfo(), "--allow-writes", "--workload",
             "tpcb-like", "--scale", "1", "--clients", ",".join(map(str, STEPS)), "--duration",
@@ -329,7 +329,7 @@ def test_as_root_with_the_data_directory_trace_and_profile_reach_the_report(
     path.chmod(0o644)
     load = external_load(pg, watched, path, 8, 40)
     try:
-        time.sleep(1)
+        wait_for_sessions(watched, 8)
         result = pgscope(
             "observe", "--data-dir", str(watched.data_dir), "--duration", "8", "--window", "4",
             "--trace", "--profile", "--json", "--results-dir", str(tmp_path),
@@ -407,7 +407,7 @@ def test_ctrl_c_keeps_the_windows_so_far_and_says_so(
         ]
     )  # fmt: skip
     wait_for_line(watcher, "observing postmaster", timeout=60)
-    time.sleep(3.5)
+    elapse(3.5, "a few windows observed")
     err = stop_within(watcher, signal.SIGINT)
     assert watcher.returncode == 130, err
     assert "kept what was observed in" in err, err

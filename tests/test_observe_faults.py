@@ -27,6 +27,7 @@ from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
 from pgscope.target.watch import LOST_AFTER_S, ServerWatch
 from tests.cli import one_line_error, pgscope, start, wait_for_line
+from tests.poll import elapse, wait_until
 from tests.servers import tmpfs
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
@@ -111,7 +112,7 @@ def observing(cluster: EmbeddedCluster, results: Path) -> subprocess.Popen[str]:
 def let_windows_pass(seconds: float) -> None:
     """What these tests count is time observed: they let it pass, then judge the windows by
     the store's own times (its first window's start, and when the test struck)."""
-    time.sleep(seconds)
+    elapse(seconds, "time observed")
 
 
 def assert_closed_before(windows: list[dict[str, Any]], struck_us: int) -> list[dict[str, Any]]:
@@ -315,9 +316,7 @@ def test_a_server_elsewhere_is_lost_after_seconds_without_an_answer(
         assert watch.check() is None
         cluster.stop()
         stopped = time.monotonic()
-        while (lost := watch.check()) is None:
-            assert time.monotonic() - stopped < LOST_AFTER_S + 5, "never noticed"
-            time.sleep(0.2)
+        lost = wait_until(watch.check, "the loss noticed", LOST_AFTER_S + 5, every=0.2)
         waited = time.monotonic() - stopped
         assert waited >= LOST_AFTER_S - 1.5, "a connection that dropped is not yet a loss"
         assert lost.why.startswith("no answer from"), lost.why

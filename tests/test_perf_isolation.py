@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,7 +127,6 @@ def test_profiles_hold_only_the_target_clusters_processes(
         for proc in [other_load, *delayed]:
             proc.terminate()
             proc.wait(10)
-    time.sleep(0.3)
     target_pids, other_pids = target.stop(), other.stop()
     assert result.status == "complete" and not result.collectors_failed, result
 

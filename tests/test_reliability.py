@@ -22,8 +22,9 @@ from pgscope.collect.roles import process_role
 from pgscope.proc import child_pids
 from pgscope.target.embedded import EmbeddedCluster
 from tests.cli import one_line_error, pgscope, start, stop_within, wait_for_line
-from tests.servers import tmpfs
-from tests.suite import describe, server_processes
+from tests.poll import elapse, wait_until
+from tests.servers import setting, tmpfs
+from tests.suite import describe, server_processes, wait_for_nothing_left, wait_for_programs
 
 CAN_TRACE = os.geteuid() == 0 and bool(shutil.which("bpftrace")) and bool(shutil.which("perf"))
 BASE = ["--set", "shared_buffers=128MB", "--warmup", "1", "--repeats", "1"]
@@ -61,14 +62,13 @@ def test_sigterm_during_initialisation_stops_everything(tmp_path: Path) -> None:
         ]
     )
     wait_for_line(proc, "initialising pgbench tables")
-    time.sleep(1.5)  # inside pgbench -i
+    wait_for_programs(before, {"pgbench"})  # inside pgbench -i
     err = stop_within(proc, signal.SIGTERM)
     assert proc.returncode == 143, err
     assert one_line_error(subprocess.CompletedProcess([], 143, "", err)).startswith(
         "pgscope: error: interrupted by SIGTERM"
     )
-    time.sleep(0.5)
-    assert server_processes() - before == set()
+    wait_for_nothing_left(before)
     run_dir = only_run(tmp_path)
     assert query(run_dir, "SELECT status FROM run") == [("interrupted",)]
     assert (run_dir / "report.html").is_file(), "an interrupted run still gets its report"
@@ -97,18 +97,11 @@ def test_sigint_mid_step_with_tracers_running_stops_them_all(tmp_path: Path) -> 
         ]
     )
     wait_for_line(proc, r"tracing lwlock")
-    time.sleep(4)
-    running = server_processes() - before
-    names = {
-        Path(f"/proc/{p}/comm").read_text().strip()
-        for p in running
-        if Path(f"/proc/{p}/comm").exists()
-    }
-    assert {"bpftrace", "perf", "pgbench", "postgres"} <= names, names
+    wait_for_programs(before, {"bpftrace", "perf", "pgbench", "postgres"})
+    elapse(2, "pgbench's first progress rows (one a second), measured while traced")
     err = stop_within(proc, signal.SIGINT)
     assert proc.returncode == 130, err
-    time.sleep(0.5)
-    assert server_processes() - before == set(), "bpftrace, perf, pgbench and postgres all gone"
+    wait_for_nothing_left(before)  # bpftrace, perf, pgbench and postgres all gone
     run_dir = only_run(tmp_path)
     assert query(run_dir, "SELECT count(*) FROM timeline")[0][0] > 0, "rows measured are kept"
 
@@ -134,8 +127,7 @@ def test_sigint_during_teardown_or_after_it_keeps_the_run(tmp_path: Path, moment
     if proc.returncode != 0:  # the signal arrived before pgscope was done
         assert proc.returncode == 130, err
         one_line_error(subprocess.CompletedProcess([], 130, "", err))
-    time.sleep(0.5)
-    assert server_processes() - before == set(), "no postgres or pgbench may remain"
+    wait_for_nothing_left(before)  # no postgres or pgbench may remain
     run_dir = only_run(tmp_path)
     assert query(run_dir, "SELECT status FROM steps") == [("ok",)], "the finished step is kept"
     report = pgscope("report", str(run_dir), "--format", "json")
@@ -165,7 +157,7 @@ def test_a_killed_server_fails_its_step_then_the_run_goes_on(tmp_path: Path) -> 
         ]
     )
     wait_for_line(proc, r"step 1/3 .* tps")  # step 1 done: step 2 is starting
-    time.sleep(3)
+    wait_for_programs(set(), {"pgbench"})  # step 2's load under way
     postmaster = next(
         int(Path(d).name)
         for d in (f"/proc/{p}" for p in server_processes())
@@ -307,7 +299,7 @@ def test_a_read_only_run_on_a_users_server_issues_no_write(
     with cluster.connect() as conn:
         conn.execute("ALTER SYSTEM SET log_statement = 'all'")
         conn.execute("SELECT pg_reload_conf()")
-    time.sleep(0.5)
+    wait_until(lambda: setting(cluster, "log_statement") == "all", "log_statement = all")
     log_start = cluster.log_path.stat().st_size
     secret = "a-secret-to-keep-4711"
     dsn = (
@@ -337,7 +329,7 @@ def test_a_read_only_run_on_a_users_server_issues_no_write(
     titles = ""  # (no --json: a large document on an unread pipe would block the child)
     while proc.poll() is None:  # the process titles while it runs
         titles += subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        time.sleep(0.3)
+        elapse(0.3, "between two readings of the process titles")
     _, err = proc.communicate()
     assert proc.returncode == 0, err
     assert secret not in titles, "a password in a process title"
@@ -377,7 +369,7 @@ def test_what_a_killed_run_left_is_found_by_doctor_and_removed_by_the_next_run(
         ]
     )
     wait_for_line(proc, r"step 1/2")
-    time.sleep(1)  # into step 2's load
+    wait_for_programs(set(), {"pgbench", "postgres"})  # into step 2's load
     proc.kill()
     proc.wait(timeout=10)
     left = {p for p in scratch.glob("pgscope-*") if (p / ".pgscope-owner").exists()} - before
@@ -420,11 +412,16 @@ def test_a_killed_backend_fails_its_step_and_the_server_recovers_for_the_next(
         ]
     )
     wait_for_line(proc, r"step 1/2 .* tps")  # step 1 done: step 2 is starting
-    time.sleep(3)
+    wait_for_programs(set(), {"pgbench"})  # step 2's load under way
     postmaster = next(
         pid for pid in server_processes() if _title(pid).startswith("/") and " -D " in _title(pid)
     )
-    backend = next(pid for pid in child_pids(postmaster) if process_role(_title(pid)) == "backend")
+    backend = wait_until(
+        lambda: next(
+            (p for p in child_pids(postmaster) if process_role(_title(p)) == "backend"), None
+        ),
+        "a backend of step 2's load",
+    )
     os.kill(backend, signal.SIGKILL)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 7, err
@@ -502,7 +499,7 @@ def test_a_server_panic_before_a_step_ends_with_a_summary(tmp_path: Path) -> Non
             for logical in work.glob("pgscope-*/data/pg_logical"):
                 (logical / "replorigin_checkpoint.tmp").mkdir()
                 planted = True
-            time.sleep(0.005)
+            elapse(0.005, "between two looks for the folder to plant in")
         out, err = proc.communicate(timeout=180)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -513,8 +510,7 @@ def test_a_server_panic_before_a_step_ends_with_a_summary(tmp_path: Path) -> Non
     summary = json.loads((only_run(tmp_path) / "summary.json").read_text())
     first = summary["steps"][0]
     assert first["status"] == "failed" and "PANIC" in first["error"], first
-    time.sleep(0.5)
-    assert server_processes() <= before
+    wait_for_nothing_left(before)
 
 
 @pytest.mark.server
@@ -535,7 +531,7 @@ def test_a_signal_around_a_steps_end_always_ends_in_a_summary(tmp_path: Path) ->
             ]
         )
         wait_for_line(proc, r"step 1/2 .* tps")
-        time.sleep(offset)
+        elapse(offset, "the signal arrives this far into the step")
         err = stop_within(proc, sig)
         assert "Traceback" not in err, (offset, err)
         assert proc.returncode in (0, 128 + sig), (offset, proc.returncode, err)
@@ -547,5 +543,4 @@ def test_a_signal_around_a_steps_end_always_ends_in_a_summary(tmp_path: Path) ->
         assert steps[0]["status"] == "ok", (offset, steps)
         report = pgscope("report", str(run_dir), "--format", "json")
         assert report.returncode == 0, (offset, report.stderr)
-        time.sleep(0.5)
-        assert server_processes() - before == set(), (offset, "nothing may remain")
+        wait_for_nothing_left(before)

@@ -13,7 +13,8 @@ import duckdb
 import pytest
 
 from tests.cli import pgscope
-from tests.suite import server_processes
+from tests.poll import elapse
+from tests.suite import server_processes, wait_for_nothing_left, wait_for_programs
 
 SHORT = ["--duration", "2", "--warmup", "1", "--set", "shared_buffers=128MB"]
 
@@ -154,7 +155,8 @@ def test_signal_mid_run_keeps_finished_steps_and_leaves_nothing(
     before = server_processes()
     proc = _start_run(tmp_path)
     _wait_for_steps(proc, 2, timeout=120)
-    time.sleep(2.0)  # inside step 3 (3 s long), after its first progress row
+    wait_for_programs(before, {"pgbench"})  # step 3 (3 s long) under way
+    elapse(1.5, "pgbench's first progress row of step 3 (one a second)")
     sent = time.monotonic()
     proc.send_signal(sig)
     try:
@@ -177,5 +179,4 @@ def test_signal_mid_run_keeps_finished_steps_and_leaves_nothing(
     finally:
         db.close()
     assert (run_dir / "summary.json").is_file(), "an interrupted run still gets its summary"
-    time.sleep(0.5)
-    assert server_processes() - before == set(), "no postgres or pgbench may remain"
+    wait_for_nothing_left(before)  # no postgres or pgbench may remain

@@ -253,7 +253,8 @@ def test_pgscopes_own_process_title_never_shows_the_password(
     pgscope's own title once start-up has read it (a fresh interpreter, as a user starts it)."""
     import subprocess
     import sys
-    import time
+
+    from tests.poll import elapse, wait_until
 
     secret = "not-for-ps-4711"
     proc = subprocess.Popen(
@@ -262,14 +263,22 @@ def test_pgscopes_own_process_title_never_shows_the_password(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     cmdline = Path(f"/proc/{proc.pid}/cmdline")
-    time.sleep(0.5)  # start-up: the interpreter, then pgscope's first import rewrites it
-    titles = []
-    while proc.poll() is None:
+
+    def title() -> str:
         try:
-            titles.append(cmdline.read_bytes().decode(errors="replace"))
+            return cmdline.read_bytes().decode(errors="replace")
         except OSError:
-            break
-        time.sleep(0.05)
+            return ""
+
+    # Start-up: the interpreter, then pgscope's first import rewrites the title (its words
+    # then joined by spaces, not the NULs between arguments).
+    wait_until(
+        lambda: "pgscope sample --dsn" in title() or proc.poll() is not None, "the new title"
+    )
+    titles = []
+    while proc.poll() is None and (now := title()):
+        titles.append(now)
+        elapse(0.05, "between two readings of the title")
     proc.wait(timeout=30)
     assert any("pgscope sample --dsn" in t for t in titles), titles[:3]
     assert not any(secret in t for t in titles), "the password in pgscope's process title"

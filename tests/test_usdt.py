@@ -3,6 +3,7 @@ collector against embedded clusters under load (root and bpftrace required)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,7 +29,8 @@ from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.local import LocalServer
 from pgscope.target.pgbin import PgBinaries, find_binaries
 from tests.cli import one_line_error, pgscope, wait_for_line
-from tests.servers import SMALL_SERVER
+from tests.poll import elapse, wait_until
+from tests.servers import SMALL_SERVER, wait_for_sessions
 
 _ENV = CollectorEnv(find_binaries(), "embedded", None, os.geteuid() == 0)
 _AVAILABLE = UsdtCollector.check(_ENV)
@@ -122,7 +124,7 @@ def test_trace_lwlock_lists_tranches_whose_histograms_add_up(
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(1)
+        wait_for_sessions(cluster, 8)
         result = pgscope(
             "trace", "lwlock", "--data-dir", str(cluster.data_dir), "--duration", "6",
             "--json", "--results-dir", str(tmp_path),
@@ -199,9 +201,10 @@ def test_a_checkpoint_during_trace_checkpoint_is_one_record_that_adds_up(
     before = _buffers_checkpoint(cluster)
     with cluster.conn.connect() as session:
         session.execute("CHECKPOINT")
-    deadline = time.monotonic() + 10
-    while (after := _buffers_checkpoint(cluster)) == before and time.monotonic() < deadline:
-        time.sleep(0.1)  # the checkpointer reports its statistics after the checkpoint
+    # The checkpointer reports its statistics after the checkpoint.
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: _buffers_checkpoint(cluster) != before, "the checkpoint's report", 10)
+    after = _buffers_checkpoint(cluster)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     doc = json.loads(out)
@@ -380,7 +383,7 @@ def test_sigint_keeps_what_was_traced(
     with cluster.conn.connect() as session:
         for _ in range(50):
             session.execute("SELECT 1")
-    time.sleep(2.5)
+    elapse(2.5, "two seconds traced, each a row")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

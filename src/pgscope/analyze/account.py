@@ -127,41 +127,58 @@ class _Statement:
     rows: float
 
 
+# A session without steps: its samples, and the time its activity collector ran.
+_WHOLE_SESSION = "(SELECT NULL::INTEGER AS step_id, a.* FROM activity_samples a)"
+_SESSION_SECONDS = (
+    "SELECT coalesce((SELECT (stopped_us - started_us) / 1e6 FROM collectors "
+    "WHERE name = 'activity' AND stopped_us > started_us), "
+    "(SELECT (max(ts_us) - min(ts_us)) / 1e6 FROM activity_samples))"
+)
+
+
 class _Scope:
     """The evidence of one scope (a cell, a window, the whole observation)."""
 
     def __init__(
         self,
         db: duckdb.DuckDBPyConnection,
-        step_ids: list[int],
+        step_ids: list[int] | None,
         statements: Statements,
         texts: dict[int, str],
     ) -> None:
+        """`step_ids` None: every sample of a session that has no steps (`sample`, `trace`,
+        `profile`), over the time its activity collector ran."""
         self.db = db
-        self.step_ids = step_ids
+        self.step_ids = step_ids or []
         self.section = statements
         self.texts = texts
-        where = f"step_id IN ({', '.join(str(s) for s in step_ids)})"
+        if step_ids is None:
+            self.source, where = _WHOLE_SESSION, "TRUE"
+        else:
+            self.source, where = IN_WINDOWS, f"step_id IN ({', '.join(map(str, step_ids))})"
         self.samples = [
             (str(t), str(e), None if q is None else int(q), int(n))
             for t, e, q, n in db.execute(
-                f"SELECT {WAIT_TYPE}, {WAIT_EVENT}, query_id, count(*) FROM {IN_WINDOWS} "
+                f"SELECT {WAIT_TYPE}, {WAIT_EVENT}, query_id, count(*) FROM {self.source} "
                 f"WHERE {where} AND {SESSIONS} GROUP BY ALL ORDER BY 4 DESC, 1, 2, 3"
             ).fetchall()
         ]
         row = db.execute(
-            f"SELECT count(DISTINCT sample_no) FROM {IN_WINDOWS} WHERE {where}"
+            f"SELECT count(DISTINCT sample_no) FROM {self.source} WHERE {where}"
         ).fetchone()
         self.instants = int(row[0]) if row and row[0] else 0
         row = db.execute(
-            f"SELECT sum(window_end_us - window_start_us) / 1e6 FROM steps WHERE {where}"
+            _SESSION_SECONDS
+            if step_ids is None
+            else f"SELECT sum(window_end_us - window_start_us) / 1e6 FROM steps WHERE {where}"
         ).fetchone()
         self.seconds = float(row[0]) if row and row[0] else 0.0
         self.total = sum(n for *_, n in self.samples)
         self.alias = self._alias()
         self.samples = self._grouped_samples()
         self.statements = self._statements()
-        plans = plan_samples.read(db, set(step_ids)) if table_exists(db, "plan_samples") else {}
+        sampled = table_exists(db, "plan_samples")
+        plans = plan_samples.read(db, set(self.step_ids)) if sampled else {}
         # One statement's plans: those of the id of its group sampled most often.
         self.plans: dict[int, StatementPlans] = {}
         for q, p in sorted(plans.items(), key=lambda kv: kv[1].executions):
@@ -264,7 +281,7 @@ class _Scope:
             WITH waiting AS (
                 SELECT pid, ts_us // 1000000 AS second, any_value(query_id) AS query_id,
                        any_value({WAIT_TYPE} || ':' || {WAIT_EVENT}) AS event
-                FROM {IN_WINDOWS} WHERE {where} AND wait_event_type = 'Lock' GROUP BY ALL)
+                FROM {self.source} WHERE {where} AND wait_event_type = 'Lock' GROUP BY ALL)
             SELECT w.query_id, w.event, b.locktype, b.relation, b.mode, b.blocker_state,
                    b.blocker_application, coalesce(any_value(b.blocker_query), ''),
                    avg(b.blocker_xact_s), avg(b.blocker_state_s), count(*)
@@ -312,7 +329,7 @@ def _statement_name(query_id: int | None, text: str | None, event: str) -> str:
 
 def build(
     db: duckdb.DuckDBPyConnection,
-    step_ids: list[int],
+    step_ids: list[int] | None,
     statements: Statements,
     texts: dict[int, str],
     scope: str,
@@ -322,7 +339,8 @@ def build(
     closed: list[Closed] | None = None,
     rate: float | None = None,
 ) -> Account:
-    """The account of the steps `step_ids` (their measured windows)."""
+    """The account of the steps `step_ids` (their measured windows); None: of a whole
+    session that has no steps."""
     s = _Scope(db, step_ids, statements, texts)
     classes: dict[str, list[tuple[str, int | None, int]]] = defaultdict(list)
     for wtype, event, query_id, n in s.samples:

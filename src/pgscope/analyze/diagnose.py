@@ -404,8 +404,7 @@ def _path_findings(
                 )
             )
             if mechanism is not None:
-                for other in mechanism.supersedes:
-                    found[other] = [f for f in found.get(other, []) if f.variant != sheet.variant]
+                _drop(found, mechanism.supersedes, sheet.variant)
         # A rule's finding no path joined: the account says how much time its mechanism's
         # nodes hold (perhaps none), where the account has such nodes at all.
         for rule_id, ids in _linked().items():
@@ -413,6 +412,18 @@ def _path_findings(
                 if finding.variant == sheet.variant and finding.share is None:
                     finding.share = paths.matched_share(account, ids)
     return out
+
+
+def _drop(found: dict[str, list[Finding]], targets: list[str], variant: str | None) -> None:
+    """Drop, on `variant`, the findings `targets` name: a rule's id, or `id:name` for its
+    finding about that name only (`lwlock-hotspot:SubtransSLRU`, the tranche in its title)."""
+    for target in targets:
+        other, _, name = target.partition(":")
+        found[other] = [
+            f
+            for f in found.get(other, [])
+            if f.variant != variant or (name and f": {name}:" not in f"{f.title}:")
+        ]
 
 
 def _linked() -> dict[str, set[str]]:

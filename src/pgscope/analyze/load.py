@@ -212,6 +212,8 @@ def _accounts(
         texts.setdefault(int(q), str(t))
     closed = account.closed_branches(db, section, target_kind)
     measured = [s for s in steps if s.status in ("ok", "errors", "mixed") and _window(s)]
+    if not steps:  # `sample`, `trace`, `profile`: the whole session
+        return [account.build(db, None, section, texts, "whole", None, None, None, closed)]
     if observed is not None:
         windows = [
             account.build(db, [s.step_id], section, texts, "window", s.variant, s.clients,

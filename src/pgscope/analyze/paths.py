@@ -232,7 +232,8 @@ def _filled(text: str, detail: dict[str, Any]) -> str:
 def _generic_title(path: Path) -> str:
     deepest = path.deepest
     if deepest.kind == "plan":
-        return f"The statement's time goes to a {deepest.detail.get('node_type')}"
+        kind = str(deepest.detail.get("node_type"))
+        return f"The statement's time goes to {'an' if kind[:1] in 'AEIOU' else 'a'} {kind}"
     if deepest.kind == "part":
         return f"The statement's time goes to its {deepest.name}"
     if deepest.kind == "statement":
