@@ -5,6 +5,7 @@ interval over repeats, what the run says. tests/test_openloop.py runs them for r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,16 @@ import pytest
 
 from pgscope.analyze import capacity
 from pgscope.analyze.capacity import ObjectiveResult
+from pgscope.analyze.load import load_analysis
+from pgscope.analyze.model import from_document, to_document
 from pgscope.analyze.scaling import analyse as scaling_analyse
 from pgscope.drive.pgbench import Workload, analyse_logs, analyse_schedule, archive_logs
 from pgscope.errors import SpecError
+from pgscope.render.html import report_html
 from pgscope.runner.plan import plan_steps
 from pgscope.spec import Objective, OfferedRate, load_spec, parse_rates
+from tests.browser import CHROMIUM, capacity_drawn
+from tests.stores import capacity_run
 
 
 def test_rates_are_tps_shares_of_the_peak_or_ranges_of_either() -> None:
@@ -327,3 +333,29 @@ def test_a_late_start_in_an_idle_pool_is_said_to_be_the_load_generators() -> Non
     rows[-1]["lag_p99_ms"] = 0.05
     found = capacity.analyse(rows, {}, {}, scaling_analyse(rows, bootstrap=0), [])
     assert found is not None and "pgbench waking late" not in " ".join(found.variants[0].said)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed")
+def test_the_capacity_with_its_interval_opens_the_verdict_and_is_drawn(tmp_path: Path) -> None:
+    """A run with rates and p99<5ms, its store as the runner leaves it (tests/stores.py): the
+    capacity, its 95% interval over the 3 repeats, first in the verdict, in summary.json's
+    `capacity`, and on the report's chart as headless Chromium draws it."""
+    run_dir = capacity_run(tmp_path / "20260101-000000-capacity-0000")
+    analysis = load_analysis(run_dir, bootstrap=50)
+    document = to_document(analysis)
+    [estimate] = document["capacity"]["variants"][0]["capacities"]
+    assert len([c for c in estimate["per_repeat"] if c is not None]) == 3
+    assert all(6000 < c < 8000 for c in estimate["per_repeat"])
+    low, high = estimate["ci95"]
+    assert low < estimate["tps"] < high
+    first = document["verdict"].split(". ")[0]
+    assert first == (
+        f"Capacity (8 clients): {estimate['tps']:,.0f} tps while p99<5ms (95% CI "
+        f"{low:,.0f}–{high:,.0f} over 3 repeats)"
+    )
+    assert from_document(json.loads(json.dumps(document))).capacity == analysis.capacity
+    knee = document["capacity"]["variants"][0]["knee"]
+    assert (knee["kept_up_to"], knee["first_beyond"]) == (8000.0, 10000.0)
+    report = tmp_path / "report.html"
+    report.write_text(report_html(analysis))
+    capacity_drawn(report, estimate, rates=6)

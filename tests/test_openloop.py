@@ -15,7 +15,7 @@ import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.pgbin import PgBinaries
-from tests.browser import CHROMIUM, CHROMIUM_FLAGS
+from tests.browser import CHROMIUM, capacity_drawn
 from tests.cli import pgscope
 from tests.planted import CASES, spec_text
 from tests.runs import run_doc
@@ -145,44 +145,7 @@ def test_the_capacity_at_an_objective_is_in_the_verdict_the_summary_and_the_char
     assert all(s["schedule"]["objectives"][0]["name"] == "p99<5ms" for s in steps)
     summary = json.loads((Path(doc["run_dir"]) / "summary.json").read_text())
     assert summary["capacity"]["variants"][0]["capacities"][0]["tps"] == estimate["tps"]
-    _chart_draws_the_capacity(Path(doc["run_dir"]) / "report.html", estimate)
-
-
-def _chart_draws_the_capacity(report: Path, estimate: dict[str, Any]) -> None:
-    from playwright.sync_api import sync_playwright
-
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(report.as_uri())
-            page.wait_for_load_state("load")
-            page.wait_for_timeout(1500)  # plotly draws after load
-            chart = page.evaluate("""() => {
-              const e = document.getElementById('chart-capacity-0');
-              return e && e.data ? {
-                traces: e.data.map(t => ({name: t.name, x: t.x, y: t.y})),
-                yaxis: e.layout.yaxis.type,
-                drawn: e.querySelectorAll('svg.main-svg').length,
-                text: document.getElementById('capacity').innerText,
-              } : null;
-            }""")
-        finally:
-            browser.close()
-    assert not errors, errors
-    assert chart is not None and chart["drawn"], "the latency-against-rate chart is drawn"
-    assert chart["yaxis"] == "log"
-    traces = {t["name"]: t for t in chart["traces"]}
-    line = traces[f"capacity p99<5ms: {estimate['tps']:,.0f} tps"]
-    assert line["x"] == pytest.approx([estimate["tps"]] * 2)
-    band = traces["capacity p99<5ms: 95% interval"]
-    assert min(band["x"]) == pytest.approx(estimate["ci95"][0])
-    assert max(band["x"]) == pytest.approx(estimate["ci95"][1])
-    assert traces["objective p99<5ms"]["y"] == [5, 5]
-    assert len(traces["p99 vs offered rate"]["x"]) == 8
-    assert f"Capacity: {estimate['tps']:,.0f} tps while p99<5ms" in chart["text"]
+    capacity_drawn(Path(doc["run_dir"]) / "report.html", estimate, rates=8)
 
 
 LOCK = "LOCK TABLE pgbench_accounts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(2)"
