@@ -109,7 +109,10 @@ def capacity_run(run_dir: Path) -> Path:
         nonlocal step_id
         step_id += 1
         share, limit = (None, None) if rate is None else (rate / 10000, 5.0)
-        store.begin_step(step_id, "base", clients, repeat, 2, 5.0, 1.0, False, rate, share, limit)
+        store.begin_step(
+            step_id, "base", clients, repeat, 2, 5.0, 1.0, False,
+            rate=rate, rate_share=share, latency_limit_ms=limit,
+        )  # fmt: skip
         window = (start + step_id * 10_000_000, start + step_id * 10_000_000 + 5_000_000)
         results: dict[str, Any] = {"window_start_us": window[0], "window_end_us": window[1]}
         results |= {"tps": tps, "xacts": int(tps * 5), "succeeded": int(tps * 5)}

@@ -311,10 +311,11 @@ class RunStore:
         duration_s: float,
         warmup_s: float,
         server_restarted: bool,
+        at_us: int | None = None,
+        *,
         rate: float | None = None,
         rate_share: float | None = None,
         latency_limit_ms: float | None = None,
-        at_us: int | None = None,
     ) -> None:
         """A step begun, now or at `at_us` (an observation's window begins where the last
         one ended); `rate` (tps offered, pgbench -R) for an open-loop step, with the share of

@@ -257,9 +257,9 @@ def _begin(ctx: RunContext, step: PlannedStep, restarted: bool) -> None:
         spec.duration,
         spec.warmup,
         restarted,
-        step.rate,
-        step.offered.share_of_peak if step.offered is not None else None,
-        spec.latency_limit_ms() if step.open_loop else None,
+        rate=step.rate,
+        rate_share=step.offered.share_of_peak if step.offered is not None else None,
+        latency_limit_ms=spec.latency_limit_ms() if step.open_loop else None,
     )
 
 
