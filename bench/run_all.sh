@@ -29,6 +29,7 @@ if [[ $what == all || $what == collectors ]]; then
   step pglocks-cost .venv/bin/python bench/bench_pglocks.py
   step plans-cost .venv/bin/python bench/bench_plans.py --pairs 7 --seconds 20
   step observe-analysis .venv/bin/python bench/bench_observe.py
+  step repository .venv/bin/python bench/bench_repository.py
 fi
 if [[ $what == all || $what == recipes ]]; then
   for recipe in logging syncrep checkpoint cpus scaling; do

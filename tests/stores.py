@@ -146,3 +146,56 @@ def capacity_run(run_dir: Path) -> Path:
     store.finish_run("complete", None)
     store.close()
     return run_dir
+
+
+def busy_observation(
+    run_dir: Path, started_us: int, seconds: int, sessions: int, hz: int, window_s: int = 10
+) -> Path:
+    """A finished `observe` of `sessions` client sessions sampled at `hz` for `seconds` (the
+    rows made in DuckDB: seconds x hz x sessions activity samples), in windows of `window_s`
+    with pgstats snapshots each second and at their edges; run started at `started_us`."""
+    from pgscope.windows import VARIANT, close_windows
+
+    store = observation_begun(run_dir, started_us, "busy")
+    db, t0 = store.db, started_us
+    db.execute(
+        f"""
+        INSERT INTO activity_samples
+        SELECT {t0} + (s * 1000000 // {hz})::BIGINT, s + 1, 1000 + p, 'client backend',
+               'active', CASE WHEN (s + p) % 3 = 0 THEN 'Lock' END,
+               CASE WHEN (s + p) % 3 = 0 THEN 'transactionid' END, 7000 + (p % 5), 'app',
+               'app', 'app'
+        FROM range({seconds * hz}) t(s), range({sessions}) u(p)
+        """
+    )
+    db.execute(
+        "INSERT INTO activity_queries SELECT 7000 + q, 'update counters set n = n + 1 where "
+        "id = ' || q, ? FROM range(5) t(q)",
+        [t0],
+    )
+    db.execute(
+        f"INSERT INTO pgstats_counters SELECT {t0} + s * 1000000, 'pg_stat_database', 'app', "
+        f"'xact_commit', s * 2000.0, NULL, NULL FROM range({seconds + 1}) t(s)"
+    )
+    windows = seconds // window_s
+    for w in range(windows):
+        start, end = t0 + w * window_s * 1_000_000, t0 + (w + 1) * window_s * 1_000_000
+        db.execute(
+            "INSERT INTO steps (step_id, variant, clients, repeat, duration_s, started_us, "
+            "ended_us, status) VALUES (?, ?, 0, 1, ?, ?, ?, 'ok')",
+            [w + 1, VARIANT, window_s, start, end - 1],
+        )
+    db.execute(
+        f"INSERT INTO pgstats_counters SELECT {t0} + w * {window_s * 1_000_000} + "
+        f"CASE WHEN m = 'start' THEN 1000 ELSE {window_s * 1_000_000} - 1000 END, "
+        f"'pg_stat_database', 'app', 'xact_commit', (w * {window_s} + CASE WHEN m = 'start' "
+        f"THEN 0.001 ELSE {window_s} - 0.001 END) * 2000.0, w + 1, m "
+        f"FROM range({windows}) t(w), (VALUES ('start'), ('end')) v(m)"
+    )
+    for name in ("activity", "pgstats"):
+        store.collector_stopped(name, "complete")
+    close_windows(store)
+    store.finish_run("complete")
+    store.db.execute("UPDATE run SET ended_us = ?", [t0 + seconds * 1_000_000])
+    store.close()
+    return run_dir

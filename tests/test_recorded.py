@@ -17,7 +17,7 @@ from pgscope.render.html import report_html
 from tests.planted import CASES
 
 RUNS = Path(__file__).parent / "data" / "runs"
-RECORDED = sorted(p.name for p in RUNS.iterdir() if (p / "run.duckdb.gz").is_file())
+RECORDED = sorted(p.name for p in RUNS.glob("*") if (p / "run.duckdb.gz").is_file())
 
 
 def _replayed(case: str, folder: Path) -> RunAnalysis:

@@ -35,10 +35,29 @@ def test_every_table_the_code_writes_is_declared() -> None:
     written = set()
     for path in SOURCE.rglob("*.py"):
         code = path.read_text()
-        written |= set(re.findall(r"INSERT (?:OR REPLACE )?INTO (\w+)", code))
+        # A store's table by its plain name (pgscope.x is the repository's, in PostgreSQL).
+        written |= set(re.findall(r"INSERT (?:OR REPLACE )?INTO (\w+)\b(?!\.)", code))
         written |= set(re.findall(r"(?:store|writer|out)\.append\(\s*\"(\w+)\"", code))
     assert written, "the scan found no writes: its patterns are stale"
     assert written - set(tables.declared()) == set()
+
+
+def test_every_table_whose_rows_the_code_changes_is_declared_updated() -> None:
+    """A repository takes an unfinished run in instalments, a table from the last rowid it
+    has, but a table declared `updated` whole each time: a table the code updates, or
+    replaces rows of, must be declared so. The one exception: the memory sampler naming the
+    waits it wrote by number, which it records as a `wait-names` event for the repository."""
+    changed = set()
+    for path in SOURCE.rglob("*.py"):
+        code = path.read_text()
+        changed |= set(
+            re.findall(r"(?:UPDATE|INSERT OR REPLACE INTO|DELETE FROM) (\w+)\b(?!\.)", code)
+        )
+    assert "steps" in changed, "the scan found no updates: its patterns are stale"
+    declared = {t.name for t in tables.declared().values() if t.updated}
+    assert changed & set(tables.declared()) - declared == {"activity_samples"}
+    renaming = (SOURCE / "collect" / "activitymem.py").read_text()
+    assert '"wait-names"' in renaming and "UPDATE activity_samples" in renaming
 
 
 def test_each_declaration_is_well_formed() -> None:

@@ -3,6 +3,7 @@ writes a run's name from them, `runs` lists them, `compare` checks two runs agai
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,30 @@ def driven_workload(spec: Mapping[str, Any]) -> str | None:
     if "workload" not in spec and not spec.get("scripts"):
         return None
     return workload_label(spec.get("workload"), spec.get("scripts") or [])
+
+
+def listed_run(row: dict[str, Any], verdict: str | None) -> dict[str, Any]:
+    """A run as `runs` lists it, from a folder or a repository: the store's summary row
+    (`RunStore.summary`, with `run_id` and `run_dir`), with what a reader asks first, and the
+    verdict its analysis gave (None: not analysed)."""
+    row = dict(row)
+    spec = row.pop("spec", {})
+    kind, conninfo = row.pop("target_kind", None), row.pop("target_conninfo", None)
+    started, best = row.get("started_us"), row.pop("best_tps", None)
+    return {
+        # An unreadable store still has its folder's name: DATE-TIME-NAME-HEX.
+        "name": row["recipe"] or "-".join(row["run_id"].split("-")[2:-1]) or row["run_id"],
+        "date": None
+        if started is None
+        else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1e6)),
+        "target": "embedded" if kind == "embedded" else conninfo or kind or None,
+        "workload": driven_workload(spec),
+        "scale": spec.get("scale"),
+        "clients": row.pop("clients", []),
+        "best_tps": None if best is None else round(best, 1),
+        "verdict": verdict,
+        **row,
+    }
 
 
 # pg_settings' units: memory in bytes, time in seconds.

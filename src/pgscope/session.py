@@ -36,7 +36,7 @@ from pgscope.runner.run import disk_full, new_run_id
 from pgscope.signals import received, signals_as_exceptions
 from pgscope.store import RunMeta, RunStore, now_us
 from pgscope.target.conn import ConnParams
-from pgscope.target.introspect import server_version
+from pgscope.target.introspect import server_identity, server_version
 from pgscope.target.local import LocalServer
 from pgscope.target.pgbin import PgBinaries
 from pgscope.target.watch import Lost, ServerWatch
@@ -92,6 +92,8 @@ def collect(
     every_second: Callable[[float], None] | None = None,
     on_store: Callable[[RunStore], None] | None = None,
     window_s: float | None = None,
+    on_windows_closed: Callable[[list[int]], None] | None = None,
+    before_close: Callable[[], None] | None = None,
 ) -> SessionResult:
     """Run `selection` against `target` for `duration_s` seconds.
 
@@ -103,6 +105,9 @@ def collect(
     figures filled in, `windows.py`) as soon as what covers it is written; and the server is
     watched: lost, the observation stops. A full results disk stops any session: the store
     keeps what was written, its status says why (`SessionResult.fault`).
+    `on_windows_closed(step ids)` is told of each window closed (from this thread), and
+    `before_close()` runs before the store is closed, with every row in it (`observe --push`:
+    its pusher reads the store from a thread of its own until then).
     """
     run_id = new_run_id(name)
     run_dir = results_dir / run_id
@@ -143,7 +148,8 @@ def collect(
         if conn is not None:
             with conn.connect() as session:
                 version, version_num = server_version(session)
-            store.set_server(version, version_num)
+                identity = server_identity(session)
+            store.set_server(version, version_num, identity)
         local = target.local
         ctx = CollectorContext(
             env=env,
@@ -161,7 +167,9 @@ def collect(
                 collectors.start(ctx)
                 start = time.monotonic()
                 if window_s:
-                    windows = Windows(store, collectors, window_s, duration_s, start)
+                    windows = Windows(
+                        store, collectors, window_s, duration_s, start, on_windows_closed
+                    )
                     windows.begin()
                 fault = _observe(
                     start, duration_s, run_dir, collectors, windows, watch, every_second
@@ -208,9 +216,13 @@ def collect(
             run_dir, status, dict(collectors.unavailable), failed, interrupted, fault, closed
         )
     finally:
-        store.release_reserve()
-        with contextlib.suppress(Exception):
-            store.close()
+        try:
+            if before_close is not None:
+                before_close()
+        finally:
+            store.release_reserve()
+            with contextlib.suppress(Exception):
+                store.close()
 
 
 def _observe(
@@ -329,8 +341,10 @@ class Windows:
         window_s: float,
         duration_s: float,
         start: float,
+        on_closed: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.store, self.collectors, self.window_s = store, collectors, window_s
+        self.on_closed = on_closed
         # A window's planned length (steps.duration_s): shorter when the observation is.
         self.planned_s = min(window_s, duration_s)
         self.next_edge = start + window_s
@@ -382,6 +396,8 @@ class Windows:
             close_windows(self.store, ready)
             self.pending = [p for p in self.pending if p[0] not in ready]
             self.closed += len(ready)
+            if self.on_closed is not None:
+                self.on_closed(ready)
 
     def end(self) -> None:
         """The observation's end (its time is up, or Ctrl-C): the last window ends, closed

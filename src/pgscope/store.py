@@ -25,7 +25,7 @@ from pgscope import tables
 from pgscope.duck import STORAGE_VERSION, confine, connect, foreign_code, table_exists
 from pgscope.errors import EnvironmentProblem, InputFileError
 
-__all__ = ["RunMeta", "RunStore", "list_runs", "now_us", "table_exists"]
+__all__ = ["RunMeta", "RunStore", "ServerIdentity", "list_runs", "now_us", "table_exists"]
 
 STORE_FILE = "run.duckdb"
 # Room kept on the results disk for a session's last rows when the disk fills (its status, the
@@ -84,6 +84,15 @@ class RunMeta:
     target_kind: str  # "embedded" or "server"
     target_conninfo: str  # never contains a password
     host: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    """The server a run measured, as a fleet tells servers apart (store version 7)."""
+
+    system_identifier: int | None  # pg_control_system(); None where the role may not read it
+    host: str  # as the connection named it; this machine's name for a socket
+    port: int | None
 
 
 class RunStore:
@@ -274,10 +283,17 @@ class RunStore:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def set_server(self, version: str, version_num: int) -> None:
+    def set_server(
+        self, version: str, version_num: int, identity: ServerIdentity | None = None
+    ) -> None:
         self.db.execute(
             "UPDATE run SET server_version = ?, server_version_num = ?", [version, version_num]
         )
+        if identity is not None:
+            self.db.execute(
+                "UPDATE run SET system_identifier = ?, server_host = ?, server_port = ?",
+                [identity.system_identifier, identity.host, identity.port],
+            )
 
     def finish_run(self, status: str, reason: str | None = None) -> None:
         self.db.execute(
@@ -464,6 +480,40 @@ class RunStore:
     def steps(self) -> list[dict[str, Any]]:
         return self.query("SELECT * FROM steps ORDER BY step_id")
 
+    def summary(self) -> dict[str, Any]:
+        """What `pgscope runs` lists of the run, as the store has it: its name, status, steps,
+        start, server, target, effective spec, client counts and best cell's throughput."""
+        run = self.run_row()
+        counts = self.query(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok, "
+            "list(DISTINCT clients ORDER BY clients) AS clients FROM steps"
+        )[0]
+        # The best cell: the highest mean over a (variant, clients) cell's ok steps, of the
+        # sweep (an open-loop step's tps is of a rate it was offered).
+        best = self.query(
+            "SELECT max(tps) AS tps FROM (SELECT avg(tps) AS tps FROM steps "
+            "WHERE status = 'ok' AND tps > 0 AND rate IS NULL GROUP BY variant, clients)"
+        )[0]["tps"]
+        status = run["status"] if run["status"] != "running" else "interrupted"
+        try:
+            spec = json.loads(run["spec_json"] or "{}")
+        except json.JSONDecodeError:
+            spec = {}
+        return {
+            "recipe": run["recipe"],
+            "status": status,
+            "status_reason": run["status_reason"],
+            "steps": counts["n"],
+            "steps_ok": counts["ok"],
+            "started_us": run["started_us"],
+            "server_version": run["server_version"],
+            "target_kind": run["target_kind"],
+            "target_conninfo": run["target_conninfo"],
+            "spec": spec if isinstance(spec, dict) else {},
+            "clients": list(counts["clients"] or []),
+            "best_tps": best,
+        }
+
 
 def list_runs(results_dir: Path) -> list[dict[str, Any]]:
     """One summary row per run folder under `results_dir`, newest first."""
@@ -488,37 +538,8 @@ def list_runs(results_dir: Path) -> list[dict[str, Any]]:
             rows.append(row)
             continue
         try:
-            run = store.run_row()
-            counts = store.query(
-                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok, "
-                "list(DISTINCT clients ORDER BY clients) AS clients FROM steps"
-            )[0]
-            # The best cell: the highest mean over a (variant, clients) cell's ok steps, of
-            # the sweep (an open-loop step's tps is a rate it was offered).
-            best = store.query(
-                "SELECT max(tps) AS tps FROM (SELECT avg(tps) AS tps FROM steps "
-                "WHERE status = 'ok' AND tps > 0 AND rate IS NULL GROUP BY variant, clients)"
-            )[0]["tps"]
+            row.update(store.summary())
         finally:
             store.close()
-        status = run["status"] if run["status"] != "running" else "interrupted"
-        try:
-            spec = json.loads(run["spec_json"] or "{}")
-        except json.JSONDecodeError:
-            spec = {}
-        row.update(
-            recipe=run["recipe"],
-            status=status,
-            status_reason=run["status_reason"],
-            steps=counts["n"],
-            steps_ok=counts["ok"],
-            started_us=run["started_us"],
-            server_version=run["server_version"],
-            target_kind=run["target_kind"],
-            target_conninfo=run["target_conninfo"],
-            spec=spec if isinstance(spec, dict) else {},
-            clients=list(counts["clients"] or []),
-            best_tps=best,
-        )
         rows.append(row)
     return rows

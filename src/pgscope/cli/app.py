@@ -36,6 +36,14 @@ Start here:
   pgscope trace lwlock --dsn ...      LWLock wait histograms from the server's probes
   pgscope profile --data-dir ...      CPU flame graph of a server on this host
   pgscope fit usl data.csv            fit USL to your own measurements
+
+\b
+A fleet's runs in one PostgreSQL database (docs/repository.md):
+  pgscope repository init --to ...    create it (schema pgscope, a push and a reader role)
+  pgscope push results/<run-id> --to ...   copy runs there, one transaction each
+  pgscope observe ... --push ...      push each window of an observation as it closes
+  pgscope runs --from ... --since 7d  list them (also report, compare, pull --from)
+  pgscope repository prune --to ... --older-than 180d   keep months, not forever
 """
 
 app = typer.Typer(

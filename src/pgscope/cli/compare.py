@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pgscope.cli.app import app, out_console, print_json
-from pgscope.cli.options import JsonFlag
+from pgscope.cli.options import FromFile, FromRepository, JsonFlag, repository_params
 from pgscope.words import plain
 
 
@@ -19,6 +19,8 @@ def compare(
     run_a: Annotated[Path, typer.Argument(help="The run to compare against (before).")],
     run_b: Annotated[Path, typer.Argument(help="The run compared (after).")],
     as_json: JsonFlag = False,
+    from_: FromRepository = None,
+    from_file: FromFile = None,
 ) -> None:
     """What changed from RUN_A to RUN_B. First whether they measured the same thing (workload,
     scale, protocol, target, server version, host): a difference is a warning, said before
@@ -26,14 +28,37 @@ def compare(
     the highest client count, the top finding, the settings that differ (in human units), and
     the CPU profile where both runs have one.
 
+    With --from, a run named by its id is the central repository's (as its push stored its
+    analysis; docs/repository.md), and a run folder (a path with a slash, or a folder that
+    exists) is read from the folder: last Tuesday's run of a server against today's.
+
     \b
-    Example:
+    Examples:
       pgscope compare results/20261121-113841-scaling-5b4b results/20261122-090000-scaling-77aa
+      pgscope compare 20261121-113841-scaling-5b4b results/20261122-090000-scaling-77aa \\
+          --from "host=fleet dbname=pgscope"
     """
     from pgscope.analyze.change import compare_runs
     from pgscope.analyze.load import load_analysis
 
-    change = compare_runs(load_analysis(run_a), load_analysis(run_b))
+    params = repository_params(from_, from_file, "--from", env=False, required=False)
+    if params is None:
+        change = compare_runs(load_analysis(run_a), load_analysis(run_b))
+    else:
+        from pgscope.cli.runs import stored_analysis
+        from pgscope.repository.connection import connect
+
+        session, _ = connect(params, writing=False)
+        try:
+            a, b = (
+                load_analysis(run)
+                if "/" in str(run) or run.is_dir()
+                else stored_analysis(session, str(run))
+                for run in (run_a, run_b)
+            )
+        finally:
+            session.close()
+        change = compare_runs(a, b)
     if as_json:
         print_json(change.to_json())
         return

@@ -14,10 +14,12 @@ from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, prin
 from pgscope.cli.livewaits import LIVE_FLUSH_S, LiveWaits
 from pgscope.cli.options import (
     DSN_SOURCES_HELP,
+    REPOSITORY_HELP,
     DataDir,
     DsnFile,
     LiveFlag,
     ResultsDir,
+    repository_params,
     resolve_dsn,
 )
 
@@ -93,6 +95,31 @@ def observe(
         ),
     ] = False,
     live: LiveFlag = False,
+    push: Annotated[
+        str | None,
+        typer.Option(
+            "--push",
+            help="Also push the observation to this central repository as it runs: each "
+            "window once closed, the analysis at the end (docs/repository.md). While the "
+            "repository is out of reach the windows wait in the run's store and go when it "
+            "is back; the observation never waits for it. " + REPOSITORY_HELP,
+        ),
+    ] = None,
+    push_file: Annotated[
+        Path | None,
+        typer.Option("--push-file", help="Read --push's connection string from this file."),
+    ] = None,
+    push_wait: Annotated[
+        float,
+        typer.Option(
+            "--push-wait",
+            help="With --push: seconds to keep trying, once the observation is over, while "
+            "the repository is out of reach (the run folder keeps everything: `pgscope push` "
+            "sends the rest later).",
+            min=0,
+            max=3600,
+        ),
+    ] = 60.0,
     results_dir: ResultsDir = DEFAULT_RESULTS,
     as_json: Annotated[
         bool,
@@ -126,6 +153,7 @@ def observe(
       pgscope observe --dsn "host=db1 dbname=app user=monitor" --duration 600
       pgscope observe --data-dir /var/lib/postgresql/15/main --duration 300 --trace --profile
       pgscope observe --dsn "..." --duration 120 --window 5 --json > observation.json
+      pgscope observe --dsn "..." --duration 86400 --push "host=fleet dbname=pgscope"
       pgscope report results/<run-id> --format html
     """
     from pgscope.analyze.load import load_analysis
@@ -133,7 +161,7 @@ def observe(
     from pgscope.collect import offered, registry
     from pgscope.collect.pgws import PgwsCollector
     from pgscope.drive.readonly import verify_read_only
-    from pgscope.errors import EnvironmentProblem, TargetError
+    from pgscope.errors import EnvironmentProblem, PgscopeError, TargetError
     from pgscope.render.console import print_summary
     from pgscope.render.json_doc import run_document
     from pgscope.render.outputs import write_outputs
@@ -143,6 +171,7 @@ def observe(
     from pgscope.target.pgbin import find_binaries
     from pgscope.words import counted
 
+    repository = repository_params(push, push_file, "--push", env=False, required=False)
     target = _target(dsn, dsn_file, data_dir, pid)
     assert target.conn is not None
     verify_read_only(target.conn, scripts=False)
@@ -166,6 +195,13 @@ def observe(
         if target.local is not None
         else target.conn.conninfo()
     )
+    pusher, pushed_to = None, ""
+    if repository is not None:
+        from pgscope.repository.live import LivePusher
+
+        pusher, pushed_to = LivePusher(repository, say), repository.conninfo()
+        pusher.check()  # a repository too new (or old) for this pgscope: said before observing
+        say(f"pushing each window to the repository {pushed_to} as it closes")
     say(f"observing {where} for {duration:g} s in windows of {window:g} s, read-only")
 
     def progress(elapsed: float) -> None:
@@ -179,6 +215,8 @@ def observe(
             for name in ("usdt", "perf"):  # what the opt-in layers cost, for the report
                 if name in selection:
                     store.add_event("cost", f"{name}: {registry()[name].cost}")
+            if pusher is not None:
+                pusher.start(store)
 
         result = collect(
             name="observe",
@@ -192,6 +230,8 @@ def observe(
             every_second=view.refresh if live else progress,
             on_store=opened,
             window_s=window,
+            on_windows_closed=None if pusher is None else pusher.windows_closed,
+            before_close=None if pusher is None else pusher.stop,
         )
     with signals_deferred() as late:
         analysis = load_analysis(result.run_dir)
@@ -206,6 +246,16 @@ def observe(
         raise late[0]
     if written is not None:
         err.print(f"· report: {written['report.html']}", highlight=False)
+    pushed_error = None
+    if pusher is not None:
+        try:
+            # Interrupted: one try (whoever pressed Ctrl-C is waiting).
+            pusher.finish(result.run_dir, document, 0 if result.interrupted else push_wait)
+            say(f"pushed to the repository {pushed_to}")
+        except PgscopeError as exc:
+            pushed_error = exc
+        finally:
+            pusher.close()
     if as_json:
         print_json(document)
     else:
@@ -223,6 +273,8 @@ def observe(
     failed = result.collectors_failed.get("activity")
     if failed:
         raise TargetError(f"{failed}; kept what was observed in {result.run_dir}")
+    if pushed_error is not None:
+        raise pushed_error
 
 
 def _selection(

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pgscope.cli.app import DEFAULT_RESULTS, app, echo, out_console, print_json
+from pgscope.cli.app import DEFAULT_RESULTS, app, echo, err_console, out_console, print_json
+from pgscope.cli.options import FromFile, FromRepository, parse_when, repository_params
 from pgscope.errors import EnvironmentProblem, UsageError
+
+if TYPE_CHECKING:
+    from pgscope.analyze.model import RunAnalysis
 
 
 @app.command()
@@ -55,30 +58,105 @@ def runs(
     results_dir: Annotated[
         Path, typer.Option("--results-dir", help="Where run folders are.")
     ] = DEFAULT_RESULTS,
+    from_: FromRepository = None,
+    from_file: FromFile = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            help="With --from: a server's runs only, by host, host:port or system identifier.",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="With --from: runs started since then, an age (7d, 12h) or a UTC date "
+            "(2026-11-01) or time (2026-11-01T12:00).",
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", help="With --from: runs started before then (as --since)."),
+    ] = None,
+    verdict: Annotated[
+        str | None,
+        typer.Option(
+            "--verdict",
+            help="With --from: runs whose verdict has these words, or with this finding "
+            "(its id: lwlock-hotspot).",
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", help="With --from: at most this many, newest first (0: all).", min=0
+        ),
+    ] = 100,
     as_json: Annotated[
         bool,
         typer.Option(
             "--json",
             help="Print the list as JSON, newest first: name, date, target, workload, "
-            "clients, best tps, verdict and more per run (docs/json.md).",
+            "clients, best tps, verdict and more per run; with --from, the server each "
+            "measured (docs/json.md).",
         ),
     ] = False,
 ) -> None:
     """List the runs in the results folder, newest first: when, what (name and workload),
-    where (the target), the client counts, the best cell's throughput and the verdict."""
-    from pgscope.store import list_runs
+    where (the target), the client counts, the best cell's throughput and the verdict.
 
-    rows = [_listed(row) for row in list_runs(results_dir)]
+    With --from, the runs of a central repository (docs/repository.md), each with the server
+    it measured, filtered by server, date and verdict.
+
+    \b
+    Examples:
+      pgscope runs
+      pgscope runs --from "host=fleet dbname=pgscope" --since 7d --server db1
+      pgscope runs --from "host=fleet dbname=pgscope" --verdict lwlock-hotspot --json
+    """
+    params = repository_params(from_, from_file, "--from", env=False, required=False)
+    if params is None:
+        given = [f for f, v in (("--server", server), ("--since", since), ("--until", until),
+                               ("--verdict", verdict)) if v is not None]  # fmt: skip
+        if given:
+            raise UsageError(f"{', '.join(given)}: with --from only (a repository's runs)")
+        from pgscope.store import list_runs
+
+        rows = [_listed(row) for row in list_runs(results_dir)]
+        where = str(results_dir)
+    else:
+        from pgscope.repository.connection import connect
+        from pgscope.repository.read import Filters
+        from pgscope.repository.read import list_runs as stored_runs
+
+        filters = Filters(
+            server=server,
+            since_us=None if since is None else parse_when(since, "--since"),
+            until_us=None if until is None else parse_when(until, "--until"),
+            verdict=verdict,
+            limit=limit or None,
+        )
+        session, _ = connect(params, writing=False)
+        try:
+            rows = stored_runs(session, filters)
+        finally:
+            session.close()
+        where = f"the repository {params.conninfo()}"
     if as_json:
         print_json(rows)
         return
     if not rows:
-        echo(f"no runs in {results_dir}")
+        echo(f"no runs in {where}")
         return
-    header = ("date (UTC)", "name", "target", "workload", "clients", "best tps", "verdict")
+    header: tuple[str, ...] = ("date (UTC)", "name", "target", "workload", "clients")
+    header += ("best tps", "verdict")
+    if params is not None:
+        header = ("date (UTC)", "server", *header[1:])
     lines = [header] + [
         (
             "-" if row["date"] is None else row["date"][:16].replace("T", " "),
+            *([_server(row["server"])] if params is not None else []),
             row["name"],
             row["target"] or "-",
             row["workload"] or "-",
@@ -89,11 +167,12 @@ def runs(
         for row in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    tps_column = header.index("best tps")
     # On a terminal a line ends at its edge (the verdict cut short); piped, it is whole.
     room = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     for line in lines:
         cells = [
-            cell.rjust(width) if i == 5 else cell.ljust(width)
+            cell.rjust(width) if i == tps_column else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(line, widths, strict=False))
         ]
         text = "  ".join([*cells, line[-1]])
@@ -102,27 +181,15 @@ def runs(
         echo(text)
 
 
-def _listed(row: dict[str, Any]) -> dict[str, Any]:
-    """A run as `runs` lists it: the store's summary row, with what a reader asks first."""
-    from pgscope.labels import driven_workload
+def _server(server: dict[str, Any]) -> str:
+    return f"{server['host']}:{server['port']}" if server.get("port") else str(server["host"])
 
-    spec = row.pop("spec", {})
-    kind, conninfo = row.pop("target_kind", None), row.pop("target_conninfo", None)
-    started, best = row.get("started_us"), row.pop("best_tps", None)
-    return {
-        # An unreadable store still has its folder's name: DATE-TIME-NAME-HEX.
-        "name": row["recipe"] or "-".join(row["run_id"].split("-")[2:-1]) or row["run_id"],
-        "date": None
-        if started is None
-        else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1e6)),
-        "target": "embedded" if kind == "embedded" else conninfo or kind or None,
-        "workload": driven_workload(spec),
-        "scale": spec.get("scale"),
-        "clients": row.pop("clients", []),
-        "best_tps": None if best is None else round(best, 1),
-        "verdict": _verdict(Path(row["run_dir"])),
-        **row,
-    }
+
+def _listed(row: dict[str, Any]) -> dict[str, Any]:
+    """A run folder as `runs` lists it, with the verdict its summary.json gives."""
+    from pgscope.labels import listed_run
+
+    return listed_run(row, _verdict(Path(row["run_dir"])))
 
 
 def _verdict(run_dir: Path) -> str | None:
@@ -159,28 +226,53 @@ def _client_ranges(counts: list[int]) -> str:
 
 @app.command()
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder (results/<run-id>).")],
+    run_dir: Annotated[
+        Path,
+        typer.Argument(help="A run folder (results/<run-id>); with --from, a run's id."),
+    ],
     fmt: Annotated[
         str,
         typer.Option(
             "--format",
             help="text (console summary), json (the document of docs/json.md) or "
-            "html (rewrites report.html and prints its path).",
+            "html (rewrites report.html and prints its path; with --from, writes --out).",
         ),
     ] = "text",
     as_json: Annotated[
         bool, typer.Option("--json", help="The same as --format json, as in every command.")
     ] = False,
+    from_: FromRepository = None,
+    from_file: FromFile = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="With --from and --format html: the file to write (default: <run-id>.html here).",
+        ),
+    ] = None,
+    reanalyse: Annotated[
+        bool,
+        typer.Option(
+            "--reanalyse",
+            help="With --from: analyse the run's rows again with this pgscope, instead of "
+            "rendering the analysis its push stored.",
+        ),
+    ] = False,
 ) -> None:
     """Re-analyse a run from its store and render it, without running anything.
+
+    With --from, a run of a central repository (docs/repository.md): rendered from the
+    analysis its push stored (the run folder's summary.json), the same report as from the
+    folder; an observation whose last window has not arrived yet (or --reanalyse) is
+    analysed from its rows in the repository.
 
     \b
     Examples:
       pgscope report results/20261121-113841-scaling-5b4b
       pgscope report results/20261121-113841-scaling-5b4b --format html
       pgscope report results/20261121-113841-scaling-5b4b --json | jq .diagnosis
+      pgscope report 20261121-113841-scaling-5b4b --from "host=fleet dbname=pgscope"
     """
-    from pgscope.analyze.load import load_analysis
     from pgscope.render.console import print_summary
     from pgscope.render.json_doc import run_document
 
@@ -190,11 +282,36 @@ def report(
         raise UsageError("--json and --format html: choose one")
     if as_json:
         fmt = "json"
-    result = load_analysis(run_dir)
+    params = repository_params(from_, from_file, "--from", env=False, required=False)
+    if params is None:
+        given = [f for f, v in (("--out", out), ("--reanalyse", reanalyse or None)) if v]
+        if given:
+            raise UsageError(f"{', '.join(given)}: with --from only (a repository's run)")
+        from pgscope.analyze.load import load_analysis
+
+        result = load_analysis(run_dir)
+    else:
+        if out is not None and fmt != "html":
+            raise UsageError("--out: with --format html only")
+        from pgscope.repository.connection import connect
+
+        session, _ = connect(params, writing=False)
+        try:
+            result = stored_analysis(session, str(run_dir), reanalyse)
+        finally:
+            session.close()
     if fmt == "json":
         print_json(run_document(result))
     elif fmt == "html":
         from pgscope.collect import offered
+
+        if params is not None:
+            from pgscope.files import write_atomic
+            from pgscope.render.html import report_html
+
+            target = out if out is not None else Path(f"{result.run_id}.html")
+            print(write_atomic(target, report_html(result, offered())))
+            return
         from pgscope.render.outputs import write_outputs
 
         try:
@@ -205,3 +322,32 @@ def report(
         print(written["report.html"])
     else:
         print_summary(out_console(), result)
+
+
+def stored_analysis(session: Any, name: str, reanalyse: bool = False) -> RunAnalysis:
+    """A repository's run as an analysis: the one its push stored, or (`reanalyse`, or an
+    observation whose analysis has not arrived) this pgscope's, from its rows there."""
+    import tempfile
+
+    from pgscope.analyze.load import load_analysis
+    from pgscope.analyze.model import from_document
+    from pgscope.repository.read import document, find_run, materialise
+
+    run = find_run(session, name)
+    doc = None if reanalyse else document(session, run)
+    if doc is not None:
+        try:
+            return from_document(doc)
+        except ValueError as exc:
+            err_console().print(
+                f"· {run.run_id}: its stored analysis is not this version's ({exc}): "
+                f"analysing its rows again",
+                highlight=False,
+            )
+    elif not reanalyse:
+        err_console().print(
+            f"· {run.run_id}: still arriving (no analysis stored yet): analysing its rows so far",
+            highlight=False,
+        )
+    with tempfile.TemporaryDirectory(prefix="pgscope-pulled-") as scratch:
+        return load_analysis(materialise(session, run, Path(scratch) / run.run_id))

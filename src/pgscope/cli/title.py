@@ -12,9 +12,14 @@ from __future__ import annotations
 import shlex
 import sys
 
+# The options whose value is a connection string: the server (--dsn), the central repository
+# pushed to (--to, observe's --push) or read from (--from).
+CONNECTION_FLAGS = ("--dsn", "--to", "--from", "--push")
+
 
 def safe_command_line(argv: list[str]) -> str:
-    """The command line as recorded and shown: a --dsn value loses its password."""
+    """The command line as recorded and shown: a connection string (--dsn, --to, --from,
+    --push) loses its password."""
     from pgscope.target.conn import ConnParams
 
     masked: list[str] = []
@@ -22,23 +27,24 @@ def safe_command_line(argv: list[str]) -> str:
     for arg in argv:
         if hide_next:
             arg, hide_next = ConnParams.from_dsn(arg).conninfo(), False
-        elif arg == "--dsn":
+        elif arg in CONNECTION_FLAGS:
             hide_next = True
-        elif arg.startswith("--dsn="):
-            arg = "--dsn=" + ConnParams.from_dsn(arg[len("--dsn=") :]).conninfo()
+        elif arg.startswith(tuple(f"{flag}=" for flag in CONNECTION_FLAGS)):
+            flag, _, value = arg.partition("=")
+            arg = f"{flag}=" + ConnParams.from_dsn(value).conninfo()
         masked.append(arg)
     return shlex.join(masked)
 
 
 def hide_password() -> None:
-    """Rewrite this process's title when its arguments carry a --dsn."""
+    """Rewrite this process's title when its arguments carry a connection string."""
     args = sys.argv[1:]
-    if not any(a == "--dsn" or a.startswith("--dsn=") for a in args):
+    if not any(a.split("=", 1)[0] in CONNECTION_FLAGS for a in args):
         return
     import setproctitle
 
     try:
         title = safe_command_line(["pgscope", *args])
     except Exception:  # a DSN that does not parse: its error comes later, its text stays hidden
-        title = "pgscope (arguments hidden: they hold a --dsn)"
+        title = "pgscope (arguments hidden: they hold a connection string)"
     setproctitle.setproctitle(title)

@@ -21,6 +21,7 @@ after its postmaster is gone).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -539,12 +540,17 @@ class MemorySampler:
         return rows, names, {"ts_us": times[lonely], "sample_no": every[lonely]}
 
     def rename(self) -> None:
-        """Waits written under their number and named by the server since."""
+        """Waits written under their number and named by the server since; what was renamed is
+        recorded as an event (`wait-names`), for a copy of the samples taken before (a
+        repository the observation is pushed to as it runs) to be renamed the same way."""
         learnt = self.names.learnt()
         if learnt:
             kinds, numbers, events = zip(*learnt, strict=True)
             self.collector.store.db.execute(
                 RENAME_SQL, {"kind": list(kinds), "number": list(numbers), "event": list(events)}
+            )
+            self.collector.store.add_event(
+                "wait-names", json.dumps([[k, str(n), e] for k, n, e in learnt])
             )
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from pgscope.errors import TargetError
 from pgscope.proc import spawn, stop_process
 from pgscope.runner.context import RunContext
 from pgscope.target.conn import ConnParams
-from pgscope.target.introspect import server_version
+from pgscope.target.introspect import server_identity, server_version
 from pgscope.target.pgbin import PgBinaries
 
 
@@ -24,7 +24,8 @@ def initialise_target(ctx: RunContext) -> int:
     allow_writes = server is None or server.allow_writes
     with conn.connect() as session:
         version, version_num = server_version(session)
-    store.set_server(version, version_num)
+        identity = server_identity(session)
+    store.set_server(version, version_num, identity)
     if spec.scale > 0:
         if ctx.pgbench.initialise(spec.scale, allow_writes=allow_writes, say=reporter.phase):
             store.add_event("init", f"pgbench -i -s {spec.scale}")

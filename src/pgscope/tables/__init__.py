@@ -22,11 +22,12 @@ import duckdb
 # timeline.instance and step_instances; 4 the steps' transaction outcomes and workload_error;
 # 5 the steps' reconnects and connection_ms; 6 every time column of pg_stat_statements (and
 # whether a statement ran at top level), functions, indexes, partition roots, sampled actual
-# plans, and the lock and its holder behind each blocked session; 7 open-loop steps (the
-# steps' offered rate, schedule lag, skipped and late transactions; step_objectives; the
-# seconds' lag). Collectors' tables are
+# plans, and the lock and its holder behind each blocked session; 7 the server's identity in
+# `run` (system identifier, host, port: what a central repository files a run under); 8
+# open-loop steps (the steps' offered rate, schedule lag, skipped, late and served
+# transactions; step_objectives; the seconds' lag and skipped). Collectors' tables are
 # created when a collector starts: a run without one has none, whatever the version.
-STORE_VERSION = 7
+STORE_VERSION = 8
 TYPES = frozenset({"BIGINT", "INTEGER", "SMALLINT", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 
@@ -47,6 +48,15 @@ class Table:
     writer: str  # who writes it: "run" (the runner and pgscope itself) or a collector's name
     columns: tuple[Column, ...]
     since: int = 1  # the store version that added it
+    # A time series: the column holding the time each row describes (epoch microseconds),
+    # which a central repository partitions the table by, month by month
+    # (pgscope.repository). None: a table that grows with steps, statements or collectors.
+    series: str | None = None
+    # Rows are changed after they are written (a step's results, the run's end, a
+    # collector's state): a repository that takes an unfinished run in instalments
+    # (`observe --push`) takes such a table whole each time, the others from where it
+    # stopped.
+    updated: bool = False
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -57,10 +67,17 @@ class Table:
         return f"CREATE TABLE IF NOT EXISTS {self.name} (\n    {body}\n);"
 
 
-def table(name: str, writer: str, *columns: str, since: int = 1) -> Table:
-    table_since = since
+def table(
+    name: str,
+    writer: str,
+    *columns: str,
+    since: int = 1,
+    series: str | None = None,
+    updated: bool = False,
+) -> Table:
     """A table from its columns written as SQL: "name TYPE [constraint] [@version]", the last
     part for a column added after the table (its store version)."""
+    table_since = since
     parsed = []
     for text in columns:
         words = text.split()
@@ -71,7 +88,9 @@ def table(name: str, writer: str, *columns: str, since: int = 1) -> Table:
         if column.type not in TYPES:
             raise ValueError(f"table {name}: column {column.name} has type {column.type}")
         parsed.append(column)
-    return Table(name, writer, tuple(parsed), table_since)
+    if series is not None and series not in {c.name for c in parsed}:
+        raise ValueError(f"table {name}: its series column {series} is not one of its columns")
+    return Table(name, writer, tuple(parsed), table_since, series, updated)
 
 
 @cache
@@ -101,30 +120,44 @@ def written_by(writer: str) -> tuple[Table, ...]:
     return tuple(t for t in declared().values() if t.writer == writer)
 
 
+def stored_columns(db: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
+    """The columns of each base table in the store's main schema (a view is no table), asked
+    of DuckDB's own catalog by its full name (a store's macro could shadow an unqualified
+    one)."""
+    columns: dict[str, set[str]] = {}
+    for name, column in db.execute(
+        "SELECT c.table_name, c.column_name FROM system.main.duckdb_columns() c "
+        "JOIN system.main.duckdb_tables() t USING (database_name, schema_name, table_name) "
+        "WHERE c.database_name = current_database() AND c.schema_name = 'main' "
+        "AND NOT t.temporary"
+    ).fetchall():
+        columns.setdefault(str(name), set()).add(str(column))
+    return columns
+
+
+def catalog_of(db: duckdb.DuckDBPyConnection) -> str:
+    """The store's catalog name, quoted, to name its base tables beside a temporary view of
+    the same name (`shadow`): f'{catalog_of(db)}.main."steps"'."""
+    row = db.execute("SELECT current_database()").fetchone()
+    assert row is not None
+    return '"' + str(row[0]).replace('"', '""') + '"'
+
+
 def shadow(db: duckdb.DuckDBPyConnection) -> frozenset[str]:
     """Show every declared table, to a connection that reads a store, as declared: a view of
     the same name in the connection's temporary catalog (read first) selects the declared
     columns of the store's own table, NULL for a column the store predates, or no row for a
     table the store lacks. Only the store's base tables are read: a view the file holds
     under a declared name is never used. Returns the declared tables the store holds."""
-    row = db.execute("SELECT current_database()").fetchone()
-    assert row is not None
-    catalog = str(row[0]).replace('"', '""')
-    columns: dict[str, set[str]] = {}
-    # DuckDB's own catalog, by its full name (a store's macro could shadow an unqualified one).
-    for name, column in db.execute(
-        "SELECT c.table_name, c.column_name FROM system.main.duckdb_columns() c "
-        "JOIN system.main.duckdb_tables() t USING (database_name, schema_name, table_name) "
-        "WHERE c.database_name = current_database() AND c.schema_name = 'main'"
-    ).fetchall():
-        columns.setdefault(str(name), set()).add(str(column))
+    catalog = catalog_of(db)
+    columns = stored_columns(db)
     for t in declared().values():
         have = columns.get(t.name)
         selected = ", ".join(
             f'"{c.name}"' if have and c.name in have else f'CAST(NULL AS {c.type}) AS "{c.name}"'
             for c in t.columns
         )
-        source = f' FROM "{catalog}".main."{t.name}"' if have else " WHERE false"
+        source = f' FROM {catalog}.main."{t.name}"' if have else " WHERE false"
         db.execute(f'CREATE OR REPLACE TEMP VIEW "{t.name}" AS SELECT {selected}{source}')
     return frozenset(name for name in declared() if name in columns)
 

@@ -24,6 +24,10 @@ TABLES = (
         "ended_us BIGINT",
         "status VARCHAR",
         "status_reason VARCHAR",
+        "system_identifier BIGINT @7",
+        "server_host VARCHAR @7",
+        "server_port INTEGER @7",
+        updated=True,
     ),
     table(
         "settings",
@@ -76,17 +80,18 @@ TABLES = (
         # Open loop (pgbench -R): the offered rate, the share of the peak it was given as, the
         # latency limit; over the window, the wait for a turn (schedule lag), the service time
         # (latency less the lag), transactions skipped and completed later than the limit.
-        "rate DOUBLE @7",
-        "rate_share DOUBLE @7",
-        "latency_limit_ms DOUBLE @7",
-        "lag_mean_ms DOUBLE @7",
-        "lag_p99_ms DOUBLE @7",
-        "lag_max_ms DOUBLE @7",
-        "service_p50_ms DOUBLE @7",
-        "service_p99_ms DOUBLE @7",
-        "skipped BIGINT @7",
-        "late BIGINT @7",
-        "served BIGINT @7",
+        "rate DOUBLE @8",
+        "rate_share DOUBLE @8",
+        "latency_limit_ms DOUBLE @8",
+        "lag_mean_ms DOUBLE @8",
+        "lag_p99_ms DOUBLE @8",
+        "lag_max_ms DOUBLE @8",
+        "service_p50_ms DOUBLE @8",
+        "service_p99_ms DOUBLE @8",
+        "skipped BIGINT @8",
+        "late BIGINT @8",
+        "served BIGINT @8",
+        updated=True,
     ),
     table(
         "timeline",
@@ -98,6 +103,10 @@ TABLES = (
         "latency_stddev_ms DOUBLE",
         "failed BIGINT",
         "instance INTEGER @3",
+        series="ts_us",
+        # An observation's commits per second are written as each window closes, and
+        # written again should it be closed again (windows.py).
+        updated=True,
     ),
     table(
         "step_instances",
@@ -120,8 +129,9 @@ TABLES = (
         "p95_ms DOUBLE",
         "p99_ms DOUBLE",
         "max_ms DOUBLE",
-        "lag_ms DOUBLE @7",
-        "skipped BIGINT @7",
+        "lag_ms DOUBLE @8",
+        "skipped BIGINT @8",
+        series="second_us",
     ),
     # Open loop: each latency objective over each rated step's measured window.
     table(
@@ -134,7 +144,7 @@ TABLES = (
         "above BIGINT",
         "scheduled BIGINT",
         "latency_ms DOUBLE",
-        since=7,
+        since=8,
     ),
     table("events", "run", "ts_us BIGINT", "step_id INTEGER", "kind VARCHAR", "detail VARCHAR"),
     table(
@@ -149,6 +159,7 @@ TABLES = (
         "status VARCHAR",
         "error VARCHAR",
         since=2,
+        updated=True,
     ),
     table(
         "collector_gaps",
@@ -170,5 +181,6 @@ TABLES = (
         "steady BOOLEAN",
         "commits DOUBLE",
         "rollbacks DOUBLE",
+        updated=True,
     ),
 )

@@ -18,6 +18,7 @@ TABLES = (
         "datname VARCHAR",
         "usename VARCHAR",
         "application_name VARCHAR",
+        series="ts_us",
     ),
     table(
         "activity_blockers",
@@ -34,6 +35,7 @@ TABLES = (
         "blocker_query_id BIGINT @6",
         "blocker_query VARCHAR @6",
         "blocker_application VARCHAR @6",
+        series="ts_us",
     ),
     table(
         "activity_queries",
@@ -52,6 +54,7 @@ TABLES = (
         "lag_max_ms DOUBLE",
         "query_mean_ms DOUBLE",
         "query_max_ms DOUBLE",
+        series="second_us",
     ),
     table(
         "pgws_history",
@@ -61,5 +64,6 @@ TABLES = (
         "event_type VARCHAR",
         "event VARCHAR",
         "query_id BIGINT",
+        series="ts_us",
     ),
 )

@@ -15,6 +15,7 @@ TABLES = (
         "value DOUBLE",
         "step_id INTEGER",
         "mark VARCHAR",
+        series="ts_us",
     ),
     table(
         "statement_readings",
@@ -50,6 +51,7 @@ TABLES = (
         "jit_emission_ms DOUBLE @6",
         "jit_deform_ms DOUBLE @6",
         "jit_functions DOUBLE @6",
+        series="ts_us",
     ),
     table("statement_texts", "statements", "queryid BIGINT NOT NULL", "query VARCHAR"),
     table("statement_own", "statements", "queryid BIGINT NOT NULL"),
@@ -89,6 +91,7 @@ TABLES = (
         "index_bytes DOUBLE",
         "root VARCHAR @6",
         "n_mod_since_analyze DOUBLE @6",
+        series="ts_us",
     ),
     table(
         "function_readings",
@@ -102,6 +105,7 @@ TABLES = (
         "total_ms DOUBLE",
         "self_ms DOUBLE",
         since=6,
+        series="ts_us",
     ),
     table(
         "table_indexes",
@@ -126,6 +130,7 @@ TABLES = (
         "context VARCHAR",
         "plan VARCHAR",
         since=6,
+        series="ts_us",
     ),
     table(
         "pglocks_readings",
@@ -134,6 +139,7 @@ TABLES = (
         "read_ms DOUBLE",
         "sessions INTEGER",
         "locks INTEGER",
+        series="ts_us",
     ),
     table(
         "pglocks_held",
@@ -145,6 +151,7 @@ TABLES = (
         "relations INTEGER",
         "fastpath INTEGER",
         "shared INTEGER",
+        series="ts_us",
     ),
     table(
         "host_cpu",
@@ -161,6 +168,7 @@ TABLES = (
         "client_share DOUBLE",
         "own_share DOUBLE",
         "other_share DOUBLE",
+        series="ts_us",
     ),
     table(
         "wal_device",
@@ -172,5 +180,6 @@ TABLES = (
         "write_bytes BIGINT",
         "write_seconds DOUBLE",
         "flush_seconds DOUBLE",
+        series="ts_us",
     ),
 )

@@ -11,6 +11,7 @@ TABLES = (
         "program VARCHAR NOT NULL",
         "start_us BIGINT NOT NULL",
         "end_us BIGINT NOT NULL",
+        series="second_us",
     ),
     table(
         "usdt_latency",
@@ -21,6 +22,7 @@ TABLES = (
         "mode VARCHAR",
         "count BIGINT NOT NULL",
         "total_ns BIGINT NOT NULL",
+        series="second_us",
     ),
     table(
         "usdt_latency_hist",
@@ -32,6 +34,7 @@ TABLES = (
         "lo_ns BIGINT NOT NULL",
         "hi_ns BIGINT NOT NULL",
         "count BIGINT NOT NULL",
+        series="second_us",
     ),
     table(
         "usdt_counters",
@@ -39,6 +42,7 @@ TABLES = (
         "second_us BIGINT NOT NULL",
         "counter VARCHAR NOT NULL",
         "value BIGINT NOT NULL",
+        series="second_us",
     ),
     table(
         "usdt_checkpoints",
