@@ -3,6 +3,7 @@ pgscope reads and renders."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,64 @@ def observation_begun(run_dir: Path, started_us: int, who: str) -> RunStore:
         store.set_collector(name, True, None, {})
         store.collector_started(name)
     return store
+
+
+def capacity_run(run_dir: Path) -> Path:
+    """A run with offered rates and the objective p99<5ms, as the runner leaves it: a sweep
+    at 2, 4 and 8 clients peaking at 10,000 tps, then 2,000 to 12,000 tps offered by 8 clients,
+    3 repeats of each. The server keeps up to 8,000 tps; p99<5ms holds up to 6,000 in every
+    repeat and is missed from 8,000, by shares above 5 ms that put each repeat's crossing
+    elsewhere between them."""
+    spec = {"rates": [2000.0, 4000.0, 6000.0, 8000.0, 10000.0, 12000.0], "slo": ["p99<5ms"],
+            "rate_clients": "auto", "variants": {"base": {}}, "protocol": "prepared"}  # fmt: skip
+    store = RunStore.create(
+        run_dir,
+        RunMeta(run_dir.name, "capacity", "recipe capacity", "", json.dumps(spec),
+                "pgscope run capacity --slo p99<5ms", "0", "embedded", "embedded", HOST),
+    )  # fmt: skip
+    start, step_id = 1_700_000_000_000_000, 0
+
+    def step(clients: int, repeat: int, tps: float, rate: float | None, p99: float) -> int:
+        nonlocal step_id
+        step_id += 1
+        share, limit = (None, None) if rate is None else (rate / 10000, 5.0)
+        store.begin_step(
+            step_id, "base", clients, repeat, 2, 5.0, 1.0, False,
+            rate=rate, rate_share=share, latency_limit_ms=limit,
+        )  # fmt: skip
+        window = (start + step_id * 10_000_000, start + step_id * 10_000_000 + 5_000_000)
+        results: dict[str, Any] = {"window_start_us": window[0], "window_end_us": window[1]}
+        results |= {"tps": tps, "xacts": int(tps * 5), "succeeded": int(tps * 5)}
+        results |= {"p50_ms": p99 / 4, "p90_ms": p99 / 2, "p95_ms": p99 / 1.5, "p99_ms": p99}
+        results |= {"p999_ms": p99 * 2, "max_ms": p99 * 4, "latency_mean_ms": p99 / 4}
+        if rate is not None:
+            results |= {"served": int(min(rate, tps) * 5), "skipped": 0, "late": 0}
+            results |= {"lag_mean_ms": p99 / 8, "lag_p99_ms": p99 / 2, "lag_max_ms": p99}
+            results |= {"service_p50_ms": 0.2, "service_p99_ms": 1.0}
+        store.finish_step(step_id, "ok", None, results)
+        return step_id
+
+    crossings = {1: (0.002, 0.1), 2: (0.004, 0.03), 3: (0.001, 0.4)}  # above 5 ms at 6k, 8k
+    for repeat in (1, 2, 3):
+        for clients, tps in ((2, 6000.0), (4, 9000.0), (8, 10000.0)):
+            step(clients, repeat, tps + repeat * 50, None, 2.0)
+    for repeat in (1, 2, 3):
+        for rate in spec["rates"]:
+            assert isinstance(rate, float)
+            achieved = min(rate, 8000.0 + repeat * 100)
+            above = (
+                0.0 if rate < 6000 else crossings[repeat][0] if rate == 6000 else
+                min(0.9, crossings[repeat][1] * rate / 8000)
+            )  # fmt: skip
+            p99 = 2.0 if rate < 8000 else 50.0 * rate / 8000
+            sid = step(8, repeat, achieved, rate, p99)
+            scheduled = int(rate * 5)
+            store.add_step_objectives(
+                sid, [("p99<5ms", 0.99, 5.0, round(above * scheduled), scheduled, p99)]
+            )
+    store.finish_run("complete", None)
+    store.close()
+    return run_dir
 
 
 def busy_observation(

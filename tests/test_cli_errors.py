@@ -93,6 +93,26 @@ CASES = {
         ExitCode.SPEC,
         "--clients 'two'",
     ),
+    "a rate that is no rate": (
+        lambda t: ["run", "capacity", "--rate", "20%,2x"],
+        ExitCode.SPEC,
+        "--rate: '2x' is not a rate: tps (2000), a share of the peak (20%), or a range",
+    ),
+    "an objective that is no objective": (
+        lambda t: ["run", "capacity", "--slo", "p99<5"],
+        ExitCode.SPEC,
+        "--slo: 'p99<5' is not an objective: expected pNN<LATENCY",
+    ),
+    "an objective without rates": (
+        lambda t: ["run", "scaling", "--slo", "p99<5ms", "--plan"],
+        ExitCode.SPEC,
+        "--slo: a latency objective is judged on open-loop steps, and this run has none",
+    ),
+    "no clients for the rates": (
+        lambda t: ["run", "capacity", "--rate-clients", "0"],
+        ExitCode.SPEC,
+        "--rate-clients: Input should be greater than or equal to 1 (got 0)",
+    ),
     "missing pgbench": (
         lambda t: ["run", "--pg-bin", _pg_bin_without_pgbench(t), "--results-dir", str(t / "r")],
         ExitCode.ENVIRONMENT,

@@ -126,6 +126,60 @@ def _one_base_variant() -> dict[str, dict[str, SettingValue]]:
     return {"base": {}}
 
 
+@dataclass(frozen=True)
+class Objective:
+    """A latency objective, `p99<5ms`: the quantile of latency (counted from each
+    transaction's scheduled start) that must stay below the threshold."""
+
+    name: str  # as pgscope writes it: p99<5ms, p99.9<20ms
+    quantile: float  # 0.99
+    threshold_ms: float
+
+    @classmethod
+    def parse(cls, text: str) -> Objective:
+        """`p99<5ms`, `p99.9 < 0.02s`, `p50<800us`; a ValueError saying what is wrong."""
+        found = _OBJECTIVE.fullmatch(text.strip())
+        if found is None:
+            raise ValueError(
+                f"{text!r} is not an objective: expected pNN<LATENCY, a percentile of latency "
+                f"below a threshold, e.g. p99<5ms, p99.9<20ms, p50<800us"
+            )
+        percent, value = float(found["p"]), float(found["t"])
+        unit = found["unit"].lower()
+        threshold = value * {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}[unit]
+        if not 0 < percent < 100:
+            raise ValueError(f"{text!r}: the percentile must be above 0 and below 100")
+        if not threshold > 0:
+            raise ValueError(f"{text!r}: the latency must be above 0")
+        return cls(f"p{percent:g}<{threshold:g}ms", round(percent / 100, 6), threshold)
+
+
+_OBJECTIVE = re.compile(
+    r"p(?P<p>\d+(?:\.\d+)?)\s*<\s*(?P<t>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|us|µs)", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class OfferedRate:
+    """One offered rate of the open-loop steps: transactions per second, or a share of the
+    highest mean tps the run's closed-loop sweep measured (its peak)."""
+
+    tps: float | None = None
+    share_of_peak: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.share_of_peak is not None:
+            return f"{self.share_of_peak:.0%} of the peak"
+        return f"{self.tps:,.0f} tps"
+
+    def resolve(self, peak_tps: float | None) -> float | None:
+        """The rate in tps (None: a share of a peak that was not measured)."""
+        if self.share_of_peak is None:
+            return self.tps
+        return None if not peak_tps else self.share_of_peak * peak_tps
+
+
 class StepAction(BaseModel):
     """SQL run at a fixed time into every step, e.g. a CHECKPOINT 10 s in."""
 
@@ -178,6 +232,14 @@ class Spec(BaseModel):
     cpu_sweep: list[Annotated[int, Field(ge=1)]] | Literal["auto"] | None = None
     # SQL at known times into every step (warm-up included in `at`): [{at = 10, sql = "..."}].
     actions: list[StepAction] = Field(default_factory=list)
+    # Open loop, after the closed-loop sweep: offered rates (pgbench -R), each in tps or as a
+    # share of the sweep's peak ("20%"), or one text as --rate takes it ("20%-120%").
+    rates: list[float | str] = Field(default_factory=list)
+    # The clients driving the rates, a pool: "auto" = the sweep's highest client count.
+    rate_clients: Annotated[int, Field(ge=1, le=MAX_CLIENTS)] | Literal["auto"] = "auto"
+    # Latency objectives of the open-loop steps, "p99<5ms": the capacity is the highest rate
+    # meeting each; the largest threshold is pgbench's --latency-limit.
+    slo: list[str] = Field(default_factory=list)
 
     @field_validator("clients")
     @classmethod
@@ -230,6 +292,34 @@ class Spec(BaseModel):
                     f"(warmup {self.warmup:g} s + duration {self.duration:g} s)"
                 )
         return self
+
+    @field_validator("rates", mode="before")
+    @classmethod
+    def _rates_parsed(cls, value: Any) -> Any:
+        items = [value] if isinstance(value, str | int | float) else value
+        if not isinstance(items, list):
+            return value  # validation names the type
+        rates: list[float | str] = []
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, str | int | float):
+                raise ValueError(f"{item!r} is not a rate: a number of tps or a share such as 20%")
+            if isinstance(item, str):
+                rates += parse_rates(item).texts()
+            elif not (math.isfinite(item) and item > 0):
+                raise ValueError(f"rate {item!r} must be a number of tps above 0")
+            else:
+                rates.append(float(item))
+        if len(set(rates)) != len(rates):
+            raise ValueError("offered rates must be distinct")
+        return rates
+
+    @field_validator("slo")
+    @classmethod
+    def _objectives_parsed(cls, value: list[str]) -> list[str]:
+        names = [Objective.parse(text).name for text in value]
+        if len(set(names)) != len(names):
+            raise ValueError("objectives must be distinct")
+        return names
 
     @model_validator(mode="after")
     def _baseline_is_a_variant(self) -> Spec:
@@ -284,6 +374,30 @@ class Spec(BaseModel):
         each call. Raises KeyError when `name` is not one of the variants.
         """
         return {**self.settings, **self.variants[name]}
+
+    def offered_rates(self) -> list[OfferedRate]:
+        """The open-loop steps' rates, as given (shares resolve against the peak)."""
+        return [
+            OfferedRate(share_of_peak=float(r[:-1]) / 100)
+            if isinstance(r, str)
+            else OfferedRate(tps=float(r))
+            for r in self.rates
+        ]
+
+    def rate_client_count(self, cores: int) -> int:
+        """The clients that drive the rates: the spec's, or the widest pool the sweep
+        measured (its closed-loop latency is then beside the rates')."""
+        if self.rate_clients == "auto":
+            return max(self.client_counts(cores))
+        return self.rate_clients
+
+    def objectives(self) -> list[Objective]:
+        return [Objective.parse(text) for text in self.slo]
+
+    def latency_limit_ms(self) -> float | None:
+        """pgbench's --latency-limit for the rates: the largest objective's threshold, so a
+        transaction skipped for being later than it misses every objective."""
+        return max((o.threshold_ms for o in self.objectives()), default=None)
 
     def pgbench_threads(self, clients: int, cores: int) -> int:
         if self.threads == "auto" and self.connect_per_transaction:
@@ -515,6 +629,13 @@ def load_spec(
     loaded.init_sql_path()
     if spec.workload is None and not spec.scripts:
         raise SpecError(f"{source}: no workload: set workload or scripts (or pass --script FILE)")
+    if spec.slo and not spec.rates:
+        # An objective is judged on latency from the scheduled start: only rates have one.
+        where = (override_flags or {}).get("slo", f"{source}: field slo")
+        raise SpecError(
+            f"{where}: a latency objective is judged on open-loop steps, and this run has none: "
+            f"give offered rates too (--rate 20%-120%, or rates in the spec)"
+        )
     return loaded
 
 
@@ -584,6 +705,80 @@ def parse_client_list(text: str) -> list[int]:
 
 
 _CLIENT_PART = re.compile(r"(?P<lo>\d+)(?:\s*-\s*(?P<hi>\d+))?")
+
+
+def rates_label(rates: list[OfferedRate]) -> str:
+    """`20%, 40%, 60% of the peak`, `2,000, 4,000 tps`, or both kinds, in words."""
+    shares = [f"{r.share_of_peak:.0%}" for r in rates if r.share_of_peak is not None]
+    absolute = [f"{r.tps:,.0f}" for r in rates if r.tps is not None]
+    said = [f"{', '.join(shares)} of the peak"] if shares else []
+    said += [f"{', '.join(absolute)} tps"] if absolute else []
+    return "; ".join(said)
+
+
+@dataclass(frozen=True)
+class RateList:
+    rates: list[OfferedRate]
+
+    def texts(self) -> list[float | str]:
+        """As the spec keeps them: tps as numbers, shares as "20%"."""
+        return [
+            f"{r.share_of_peak * 100:g}%" if r.share_of_peak is not None else float(r.tps or 0)
+            for r in self.rates
+        ]
+
+
+DEFAULT_SHARE_STEP = 20.0  # %, between the rates of a range of shares without its own step
+
+
+def parse_rates(text: str) -> RateList:
+    """`2000,4000`, `20%-120%` (20%, 40%, ... 120%: shares of the sweep's peak, every 20%
+    unless `/10%` says otherwise), `1000-5000/1000`. Ranges include both ends. A bad rate is
+    a ValueError saying which part and why (the spec's validation names the field or flag)."""
+    rates: list[OfferedRate] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        found = _RATE_PART.fullmatch(part.replace(" ", ""))
+        if found is None:
+            raise ValueError(
+                f"{part!r} is not a rate: tps (2000), a share of the peak (20%), or a range "
+                f"(20%-120%, 1000-5000/1000)"
+            )
+        lo, hi, step = found["lo"], found["hi"], found["step"]
+        share = lo.endswith("%")
+        mixed = (hi is not None and hi.endswith("%") != share) or (
+            step is not None and step.endswith("%") != share
+        )
+        if mixed:
+            raise ValueError(f"{part!r} mixes tps and shares of the peak")
+        low, high = float(lo.rstrip("%")), float((hi or lo).rstrip("%"))
+        if not low > 0:
+            raise ValueError(f"{part!r}: a rate must be above 0")
+        if high < low:
+            raise ValueError(f"the range {part!r} ends below its start")
+        if hi is not None and step is None and not share:
+            raise ValueError(f"the range {part!r} needs a step: {part}/STEP, e.g. 1000-5000/1000")
+        every = float(step.rstrip("%")) if step else DEFAULT_SHARE_STEP
+        if not every > 0:
+            raise ValueError(f"{part!r}: the step must be above 0")
+        if (high - low) / every > 100:
+            raise ValueError(f"{part!r} makes more than 100 rates")
+        values = [low]
+        while hi is not None and values[-1] + every < high - 1e-9:
+            values.append(round(values[-1] + every, 6))
+        if hi is not None and high > low:
+            values.append(high)
+        rates += [
+            OfferedRate(share_of_peak=v / 100) if share else OfferedRate(tps=v) for v in values
+        ]
+    if not rates:
+        raise ValueError(f"no rate in {text!r}")
+    return RateList(rates)
+
+
+_NUMBER = r"\d+(?:\.\d+)?"
+_RATE_PART = re.compile(rf"(?P<lo>{_NUMBER}%?)(?:-(?P<hi>{_NUMBER}%?))?(?:/(?P<step>{_NUMBER}%?))?")
 
 
 def parse_action(text: str) -> dict[str, Any]:

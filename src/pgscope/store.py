@@ -57,6 +57,14 @@ STEP_RESULT_COLUMNS = (
     "workload_error",
     "reconnects",
     "connection_ms",
+    "lag_mean_ms",
+    "lag_p99_ms",
+    "lag_max_ms",
+    "service_p50_ms",
+    "service_p99_ms",
+    "skipped",
+    "late",
+    "served",
 )
 
 
@@ -320,12 +328,18 @@ class RunStore:
         warmup_s: float,
         server_restarted: bool,
         at_us: int | None = None,
+        *,
+        rate: float | None = None,
+        rate_share: float | None = None,
+        latency_limit_ms: float | None = None,
     ) -> None:
         """A step begun, now or at `at_us` (an observation's window begins where the last
-        one ended)."""
+        one ended); `rate` (tps offered, pgbench -R) for an open-loop step, with the share of
+        the peak it was given as and pgbench's --latency-limit."""
         self.db.execute(
             "INSERT INTO steps (step_id, variant, clients, repeat, threads, duration_s, warmup_s,"
-            " started_us, status, server_restarted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+            " started_us, status, server_restarted, rate, rate_share, latency_limit_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
             [
                 step_id,
                 variant,
@@ -336,6 +350,9 @@ class RunStore:
                 warmup_s,
                 at_us or now_us(),
                 server_restarted,
+                rate,
+                rate_share,
+                latency_limit_ms,
             ],
         )
 
@@ -372,10 +389,29 @@ class RunStore:
         data = list(rows)
         if not data:
             return
-        names = ("second_us", "xacts", "failed", "p50_ms", "p95_ms", "p99_ms", "max_ms")
+        names = (
+            "second_us",
+            "xacts",
+            "failed",
+            "p50_ms",
+            "p95_ms",
+            "p99_ms",
+            "max_ms",
+            "lag_ms",
+            "skipped",
+        )
         columns: dict[str, Sequence[Any]] = {"step_id": [step_id] * len(data)}
         columns.update({name: [row[i] for row in data] for i, name in enumerate(names)})
         self.append("latency_seconds", columns)
+
+    def add_step_objectives(self, step_id: int, rows: Iterable[Sequence[Any]]) -> None:
+        """Each latency objective over an open-loop step's window: (objective, quantile,
+        threshold_ms, above, scheduled, latency_ms)."""
+        data = list(rows)
+        names = ("objective", "quantile", "threshold_ms", "above", "scheduled", "latency_ms")
+        columns: dict[str, Sequence[Any]] = {"step_id": [step_id] * len(data)}
+        columns.update({name: [row[i] for row in data] for i, name in enumerate(names)})
+        self.append("step_objectives", columns)
 
     def set_collector(
         self, name: str, available: bool, reason: str | None, options: dict[str, Any]
@@ -452,10 +488,11 @@ class RunStore:
             "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok, "
             "list(DISTINCT clients ORDER BY clients) AS clients FROM steps"
         )[0]
-        # The best cell: the highest mean over a (variant, clients) cell's ok steps.
+        # The best cell: the highest mean over a (variant, clients) cell's ok steps, of the
+        # sweep (an open-loop step's tps is of a rate it was offered).
         best = self.query(
             "SELECT max(tps) AS tps FROM (SELECT avg(tps) AS tps FROM steps "
-            "WHERE status = 'ok' AND tps > 0 GROUP BY variant, clients)"
+            "WHERE status = 'ok' AND tps > 0 AND rate IS NULL GROUP BY variant, clients)"
         )[0]["tps"]
         status = run["status"] if run["status"] != "running" else "interrupted"
         try:

@@ -106,6 +106,7 @@ class Account:
     instants: int  # sampling instants
     seconds: float  # the scope's measured time
     closed: list[Closed] = field(default_factory=list)
+    rate: float | None = None  # an open-loop cell's offered rate (a cell is also its rate)
 
     @property
     def aas(self) -> float:
@@ -295,10 +296,17 @@ class _Scope:
         return out
 
 
-def account_of(accounts: list[Account], variant: str | None, clients: int | None) -> Account | None:
-    """A cell's account, or, for an observation's cells, the whole observation's."""
+def account_of(
+    accounts: list[Account], variant: str | None, clients: int | None, rate: float | None = None
+) -> Account | None:
+    """A cell's account (an open-loop cell's by its rate too), or, for an observation's
+    cells, the whole observation's."""
     for account in accounts:
-        if account.scope == "cell" and (account.variant, account.clients) == (variant, clients):
+        if account.scope == "cell" and (account.variant, account.clients, account.rate) == (
+            variant,
+            clients,
+            rate,
+        ):
             return account
     return next((a for a in accounts if a.scope == "whole"), None)
 
@@ -329,6 +337,7 @@ def build(
     clients: int | None,
     step_id: int | None = None,
     closed: list[Closed] | None = None,
+    rate: float | None = None,
 ) -> Account:
     """The account of the steps `step_ids` (their measured windows); None: of a whole
     session that has no steps."""
@@ -368,7 +377,7 @@ def build(
         _sorted(class_nodes),
     )
     return Account(
-        scope, variant, clients, step_id, root, s.total, s.instants, s.seconds, closed or []
+        scope, variant, clients, step_id, root, s.total, s.instants, s.seconds, closed or [], rate
     )
 
 

@@ -6,7 +6,7 @@ settings that differ and the CPU profile's differential. A pure function of two 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pgscope.analyze.compare import Comparison, welch_interval
@@ -33,6 +33,8 @@ class RunChange:
     findings: dict[str, str | None]  # top finding of each
     settings: list[dict[str, Any]]  # settings whose value differs (first variant of each)
     profile: dict[str, Any] | None  # CPU profile differential, where both have one
+    # Open loop, per variant in both: each objective's capacity and the knee, A and B
+    capacity: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +49,7 @@ class RunChange:
             "findings": self.findings,
             "settings": self.settings,
             "profile": self.profile,
+            "capacity": self.capacity,
         }
 
     @property
@@ -98,10 +101,11 @@ def _short_version(version: str | None) -> str | None:
 
 
 def _tps(run: RunAnalysis, variant: str, clients: int) -> list[float]:
+    """The closed-loop steps' tps at a cell (open-loop steps are compared by capacity)."""
     return [
         float(s.tps)
         for s in run.steps
-        if s.variant == variant and s.clients == clients and s.ok and s.tps
+        if s.variant == variant and s.clients == clients and s.ok and s.tps and s.rate is None
     ]
 
 
@@ -120,7 +124,9 @@ def _pairs(a: RunAnalysis, b: RunAnalysis) -> list[tuple[str, str]]:
 def _throughput(a: RunAnalysis, b: RunAnalysis) -> list[Comparison]:
     out = []
     for variant, variant_b in _pairs(a, b):
-        for clients in sorted({s.clients for s in a.steps if s.variant == variant}):
+        for clients in sorted(
+            {s.clients for s in a.steps if s.variant == variant and s.rate is None}
+        ):
             tps_a, tps_b = _tps(a, variant, clients), _tps(b, variant_b, clients)
             if not tps_a or not tps_b:
                 continue
@@ -164,7 +170,7 @@ def _models(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
 
 def _peak_classes(run: RunAnalysis) -> dict[str, float]:
     assert run.waits is not None
-    profiles = run.waits.by_clients
+    profiles = [p for p in run.waits.by_clients if p.rate is None]
     if not profiles:
         return dict(run.waits.overall.class_shares())
     top = max(profiles, key=lambda p: p.clients)
@@ -247,4 +253,64 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis) -> RunChange:
         {"a": top(a), "b": top(b)},
         settings,
         profile,
+        _capacities(a, b),
     )
+
+
+def _capacities(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
+    """Per variant both ran rates for: each objective both judged, its capacity in A and B
+    (means over repeats, their 95% intervals) and the change with its Welch 95% interval
+    (over the repeats' estimates; None with fewer than 2 each); then the knee: what the server
+    completed beyond it."""
+    if a.capacity is None or b.capacity is None:
+        return []
+    rows: list[dict[str, Any]] = []
+    for variant, variant_b in _pairs(a, b):
+        ca, cb = a.capacity.of(variant), b.capacity.of(variant_b)
+        if ca is None or cb is None:
+            continue
+        for est_a in ca.capacities:
+            est_b = next((e for e in cb.capacities if e.objective == est_a.objective), None)
+            if est_b is None:
+                continue
+            per_a = [v for v in est_a.per_repeat if v is not None]
+            per_b = [v for v in est_b.per_repeat if v is not None]
+            rows.append(
+                _capacity_row(variant_b, est_a.objective, est_a.tps, est_b.tps, per_a, per_b)
+                | {"a_ci95": est_a.ci95, "b_ci95": est_b.ci95, "a_said": est_a.said,
+                   "b_said": est_b.said}
+            )  # fmt: skip
+        rows.append(
+            _capacity_row(
+                variant_b,
+                "knee",
+                ca.knee.saturated_tps,
+                cb.knee.saturated_tps,
+                [],
+                [],
+            )
+            | {"a_ci95": ca.knee.saturated_ci95, "b_ci95": cb.knee.saturated_ci95}
+        )
+    return rows
+
+
+def _capacity_row(
+    variant: str,
+    what: str,
+    tps_a: float | None,
+    tps_b: float | None,
+    per_a: list[float],
+    per_b: list[float],
+) -> dict[str, Any]:
+    change = (tps_b / tps_a - 1) * 100 if tps_a and tps_b is not None else None
+    interval = welch_interval(per_b, per_a) if tps_a else None
+    return {
+        "variant": variant,
+        "what": what,
+        "a": tps_a,
+        "b": tps_b,
+        "change_pct": change,
+        "ci95_pct": (interval[0] / tps_a * 100, interval[1] / tps_a * 100)
+        if interval and tps_a
+        else None,
+    }

@@ -21,6 +21,7 @@ waste (an index lookup of one row) says where the time goes, after every cause a
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import re
 import tomllib
@@ -33,6 +34,7 @@ from typing import Any
 from pgscope.analyze import paths
 from pgscope.analyze.absence import Absence
 from pgscope.analyze.account import Account, account_of
+from pgscope.analyze.capacity import CapacityAnalysis, RateCell
 from pgscope.analyze.facts import kind
 from pgscope.analyze.facts.account import (
     PATH_NODE_SHARE,
@@ -50,6 +52,7 @@ from pgscope.analyze.model import (
     Fact,
     FactSheet,
     Finding,
+    KneeJudgement,
     NotAssessed,
     WindowJudgement,
 )
@@ -62,8 +65,10 @@ __all__ = [
     "Rule",
     "diagnose",
     "evaluate",
+    "judge_knee",
     "judge_window",
     "load_rules",
+    "with_capacity",
 ]
 
 LEVELS = ("low", "medium", "high")
@@ -345,7 +350,7 @@ def _bounded_by_session_time(findings: list[Finding], sheets: list[FactSheet]) -
 
 
 def _account_of(accounts: list[Account], sheet: FactSheet) -> Account | None:
-    return account_of(accounts, sheet.variant, sheet.clients)
+    return account_of(accounts, sheet.variant, sheet.clients, sheet.rate)
 
 
 def _path_findings(
@@ -585,6 +590,59 @@ def judge_window(
         numbers = "; ".join(f"{f.label}: {f.shown()}" for f in findings[0].evidence[:2])
         note += f" ({numbers})" if numbers else ""
     return WindowJudgement(step_id, findings, note)
+
+
+def judge_knee(
+    sheet: FactSheet,
+    cell: RateCell,
+    beyond: bool,
+    accounts: list[Account],
+    absence: Absence | None = None,
+) -> KneeJudgement:
+    """An open-loop knee's cell judged as a variant's peak is: by every rule and by the
+    heavy paths of its account, ranked the same way. `beyond`: the server did not keep up
+    with the cell's rate (the lowest such), else it kept up with every rate and this is the
+    highest."""
+    judged = diagnose([dataclasses.replace(sheet, peak=True)], absence=absence, accounts=accounts)
+    findings = judged.findings
+    for finding in findings:
+        finding.rate = cell.rate
+    where = (
+        f"{cell.variant}, {cell.rate:,.0f} tps offered by {n_clients(cell.clients)}, of which "
+        f"it completed {cell.achieved_share:.1%}"
+        if cell.achieved_share is not None
+        else f"{cell.variant}, {cell.rate:,.0f} tps offered by {n_clients(cell.clients)}"
+    )
+    at = "At the knee" if beyond else "At the highest rate offered (the server kept up with all)"
+    if not findings or judged.weak:
+        note = f"{at} ({where}) no rule finds its evidence with confidence"
+        if findings:
+            note += f"; the strongest signal: {findings[0].title}"
+        return KneeJudgement(cell.variant, cell.clients, cell.rate, findings, note + ".")
+    top = findings[0]
+    numbers = (
+        "" if top.named else ": " + "; ".join(f"{f.label}: {f.shown()}" for f in top.evidence[:2])
+    )
+    note = f"{at} ({where}): {top.title}{numbers}."
+    return KneeJudgement(cell.variant, cell.clients, cell.rate, findings, note)
+
+
+def with_capacity(
+    verdict: str, capacity: CapacityAnalysis | None, knees: list[KneeJudgement]
+) -> str:
+    """The verdict of a run with offered rates: the capacity at each objective first (the
+    question the objective asked), then what limits the server at each variant's knee, then
+    the sweep's verdict."""
+    if capacity is None:
+        return verdict
+    several = len(capacity.variants) > 1
+    first = []
+    for variant in capacity.variants:
+        for estimate in variant.capacities:
+            who = f"{variant.variant}: " if several else ""
+            first.append(f"Capacity ({who}{n_clients(variant.clients)}): {estimate.said}.")
+    knee = [k.note for k in knees]
+    return " ".join([*first, *knee, verdict])
 
 
 def _drop_superseded(rules: list[Rule], found: dict[str, list[Finding]]) -> None:

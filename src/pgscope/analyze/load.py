@@ -17,6 +17,7 @@ import duckdb
 
 from pgscope.analyze import (
     account,
+    capacity,
     compare,
     heldlocks,
     observation,
@@ -27,15 +28,23 @@ from pgscope.analyze import (
     usdt,
     waits,
 )
-from pgscope.analyze.absence import absent_evidence
-from pgscope.analyze.diagnose import diagnose, judge_window, without_steps
+from pgscope.analyze.absence import Absence, absent_evidence
+from pgscope.analyze.diagnose import (
+    diagnose,
+    judge_knee,
+    judge_window,
+    with_capacity,
+    without_steps,
+)
 from pgscope.analyze.facts import extract, read_evidence
 from pgscope.analyze.facts.windows import worst_window_sheet
 from pgscope.analyze.model import (
     Checkpoints,
     Cpu,
     Environment,
+    FactSheet,
     HostCell,
+    KneeJudgement,
     Latency,
     Locks,
     ProfileCell,
@@ -67,7 +76,11 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
             f"{run_dir}: the run store is damaged or from an unknown version: {reason}"
         ) from None
     sheets = extract(measured, evidence)
-    diagnosis = diagnose(sheets, absence=absent_evidence(measured), accounts=measured.accounts)
+    absence = absent_evidence(measured)
+    diagnosis = diagnose(sheets, absence=absence, accounts=measured.accounts)
+    if measured.capacity is not None:
+        diagnosis.knees = _knees(measured, sheets, absence)
+        diagnosis.verdict = with_capacity(diagnosis.verdict, measured.capacity, diagnosis.knees)
     if measured.session:
         entries = measured.waits.overall.entries[:3] if measured.waits else []
         verdict = without_steps(measured.command, [(e.label, e.share) for e in entries])
@@ -78,6 +91,30 @@ def load_analysis(run_dir: Path, *, bootstrap: int = 500) -> RunAnalysis:
         assert worst is not None
         diagnosis.worst_window = judge_window(window, worst, diagnosis)
     return dataclasses.replace(measured, facts=sheets, diagnosis=diagnosis)
+
+
+def _knees(measured: RunAnalysis, sheets: list[FactSheet], absence: Absence) -> list[KneeJudgement]:
+    """Each variant's knee cell judged by the rules: the lowest rate the server did not keep
+    up with, or, where it kept up with all, the highest."""
+    assert measured.capacity is not None
+    out = []
+    for variant in measured.capacity.variants:
+        judged = [c for c in variant.cells if c.achieved_tps is not None]
+        if not judged:
+            continue
+        beyond = variant.knee.first_beyond
+        cell = next((c for c in judged if c.rate == beyond), judged[-1])
+        sheet = next(
+            (
+                s
+                for s in sheets
+                if (s.variant, s.clients, s.rate) == (cell.variant, cell.clients, cell.rate)
+            ),
+            None,
+        )
+        if sheet is not None:
+            out.append(judge_knee(sheet, cell, beyond is not None, measured.accounts, absence))
+    return out
 
 
 def _read(run_dir: Path, bootstrap: int) -> tuple[RunAnalysis, dict[str, Any]]:
@@ -112,8 +149,15 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         )
     spec: dict[str, Any] = json.loads(run["spec_json"] or "{}")
     declared = list(spec.get("variants") or {})
-    scaling = _scaling(rows, bootstrap, declared)
-    steps = [_step(r) for r in rows]
+    growth = _latency_growth(db)
+    objectives = capacity.objective_results(
+        store.query("SELECT * FROM step_objectives ORDER BY step_id, objective")
+    )
+    scaling = analyse(rows, bootstrap=bootstrap, variant_order=declared)
+    # Before the fits lose their draws: the knee's predicted band is drawn from them.
+    open_loop = capacity.analyse(rows, objectives, growth, scaling, list(spec.get("slo") or []))
+    scaling = _without_draws(scaling)
+    steps = [_step(r, objectives.get(r["step_id"], []), growth.get(r["step_id"])) for r in rows]
     programs = _traced_programs(db)
     environment = _environment(store, run, spec)
     observed = observation.read(db, environment.collectors)
@@ -138,8 +182,8 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         timeline=Timeline(_marked(timeline.series(db), observed), timeline.dips(db)),
         locks=_locks(db, steps, programs),
         checkpoints=_checkpoints(db, steps, programs),
-        cpu=_cpu(store, scaling),
-        variants=_variants(rows, spec, declared),
+        cpu=_cpu(store, scaling, open_loop),
+        variants=_variants([r for r in rows if r["rate"] is None], spec, declared),
         statements=section,
         held_locks=heldlocks.read(db),
         observation=observed,
@@ -148,6 +192,7 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         xids=pgstats.xid_use(counters)
         if run["target_kind"] == "server" and observed is None
         else None,
+        capacity=open_loop,
     )
 
 
@@ -182,12 +227,12 @@ def _accounts(
             account.build(db, whole, section, texts, "whole", None, None, None, closed),
             *windows,
         ]
-    by_cell: dict[tuple[str, int], list[int]] = defaultdict(list)
+    by_cell: dict[tuple[str, int, float | None], list[int]] = defaultdict(list)
     for s in measured:
-        by_cell[(s.variant, s.clients)].append(s.step_id)
+        by_cell[(s.variant, s.clients, s.rate)].append(s.step_id)
     return [
-        account.build(db, ids, section, texts, "cell", variant, clients, None, closed)
-        for (variant, clients), ids in by_cell.items()
+        account.build(db, ids, section, texts, "cell", variant, clients, None, closed, rate)
+        for (variant, clients, rate), ids in by_cell.items()
     ]
 
 
@@ -203,14 +248,28 @@ def _marked(series: timeline.Series, observed: observation.Observation | None) -
     return dataclasses.replace(series, markers=sorted([*series.markers, *marks]))
 
 
-def _scaling(rows: list[dict[str, Any]], bootstrap: int, declared: list[str]) -> ScalingAnalysis:
-    scaling = analyse(rows, bootstrap=bootstrap, variant_order=declared)
+def _without_draws(scaling: ScalingAnalysis) -> ScalingAnalysis:
     # The bands are drawn (scaling.curves); the draws behind them would only weigh the JSON.
     scaling.fits = {v: dataclasses.replace(f, draws=None) for v, f in scaling.fits.items()}
     return scaling
 
 
-def _step(row: dict[str, Any]) -> Step:
+def _latency_growth(db: duckdb.DuckDBPyConnection) -> dict[int, float]:
+    """Each step's median latency's rise per second of its measured window (ms/s): the
+    least-squares slope of its whole seconds' medians, where it has three or more. About 0
+    for a server keeping up; an open-loop backlog makes it the lag added each second."""
+    rows = db.execute(
+        "SELECT l.step_id, regr_slope(l.p50_ms, l.second_us / 1e6), count(*) "
+        "FROM latency_seconds l JOIN steps s USING (step_id) "
+        "WHERE l.p50_ms IS NOT NULL AND l.second_us >= s.window_start_us "
+        "AND l.second_us + 1000000 <= s.window_end_us GROUP BY l.step_id"
+    ).fetchall()
+    return {int(i): float(slope) for i, slope, n in rows if slope is not None and n >= 3}
+
+
+def _step(
+    row: dict[str, Any], objectives: list[capacity.ObjectiveResult], growth: float | None
+) -> Step:
     return Step(
         step_id=row["step_id"],
         variant=row["variant"],
@@ -243,6 +302,9 @@ def _step(row: dict[str, Any]) -> Step:
         workload_error=row["workload_error"],
         reconnects=row["reconnects"],
         connection_ms=row["connection_ms"],
+        rate=row["rate"],
+        schedule=capacity.schedule_of(row, objectives),
+        latency_growth_ms_per_s=growth,
     )
 
 
@@ -289,12 +351,12 @@ def _traced_programs(db: duckdb.DuckDBPyConnection) -> set[str]:
 def _locks(db: duckdb.DuckDBPyConnection, steps: list[Step], programs: set[str]) -> Locks:
     if not usdt.has_usdt(db):
         return Locks(False, [], [], [])
-    by_cell: dict[tuple[str, int], list[Step]] = defaultdict(list)
+    by_cell: dict[tuple[str, int, float | None], list[Step]] = defaultdict(list)
     for step in steps:
         if step.ok and _window(step):
-            by_cell[(step.variant, step.clients)].append(step)
+            by_cell[(step.variant, step.clients, step.rate)].append(step)
     cells = []
-    for (variant, clients), members in by_cell.items():
+    for (variant, clients, rate), members in by_cell.items():
         seconds, xacts = 0.0, 0.0
         lwlocks: list[list[usdt.LatencySummary]] = []
         lock_waits: list[list[usdt.LatencySummary]] = []
@@ -309,10 +371,16 @@ def _locks(db: duckdb.DuckDBPyConnection, steps: list[Step], programs: set[str])
             lock_waits.append(usdt.latency(db, "lock_wait", start, end))
         cells.append(
             TracedCell(
-                variant, clients, seconds, round(xacts), _pooled(lwlocks), _pooled(lock_waits)
+                variant,
+                clients,
+                seconds,
+                round(xacts),
+                _pooled(lwlocks),
+                _pooled(lock_waits),
+                rate,
             )
         )
-    cells.sort(key=lambda c: (c.variant, c.clients))
+    cells.sort(key=lambda c: (c.variant, c.rate is not None, c.rate or 0.0, c.clients))
     return Locks(
         bool(programs & {"lwlock", "locks"}),
         usdt.latency(db, "lwlock_wait"),
@@ -395,11 +463,14 @@ def _own_checkpoints(
     ]
 
 
-def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
+def _cpu(
+    store: RunStore, scaling: ScalingAnalysis, open_loop: capacity.CapacityAnalysis | None
+) -> Cpu:
     walsender = waits.backend_cpu_aas(store.db, "walsender")
     host: list[HostCell] = []
     for row in store.query(
-        "SELECT s.variant, s.clients, avg(h.busy) AS busy, avg(h.iowait_share) AS iowait, "
+        "SELECT s.variant, s.clients, s.rate, avg(h.busy) AS busy, "
+        "avg(h.iowait_share) AS iowait, "
         "avg(h.steal_share) AS steal, avg(h.server_share) AS server, "
         "avg(h.client_share) AS client, avg(h.own_share) AS own, "
         "avg(h.other_share) AS other, max(h.cpus) AS cpus "
@@ -419,16 +490,18 @@ def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
                 row["server"],
                 row["client"],
                 row["cpus"],
-                walsender.get((row["variant"], row["clients"])),
+                walsender.get((row["variant"], row["clients"], row["rate"])),
                 row["own"],
                 row["other"],
+                row["rate"],
             )
         )
     if not store.has_table("profile_stacks"):
         return Cpu(host, [], None, [])
     cells = []
-    for cell in scaling.cells:
-        steps = profile.steps_of(store, cell.variant, cell.clients)
+    rated = [c.as_cell() for v in (open_loop.variants if open_loop else []) for c in v.cells]
+    for cell in [*scaling.cells, *rated]:
+        steps = profile.steps_of(store, cell.variant, cell.clients, cell.rate)
         cpu = profile.load_profile(store, "cpu", steps) if steps else None
         if cpu is not None and cpu.total:
             cells.append(
@@ -438,6 +511,7 @@ def _cpu(store: RunStore, scaling: ScalingAnalysis) -> Cpu:
                     profile.function_table(cpu),
                     profile.hot_spot(cpu, profile.SPIN_FUNCTIONS),
                     profile.hot_spot(cpu, profile.SNAPSHOT_FUNCTIONS),
+                    cell.rate,
                 )
             )
     whole = profile.load_profile(store, "cpu", None)

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from pgscope.analyze.account import Account, account_of
+from pgscope.analyze.capacity import CapacityAnalysis, Schedule
 from pgscope.analyze.compare import Comparison
 from pgscope.analyze.heldlocks import HeldLocks
 from pgscope.analyze.observation import Observation
@@ -130,6 +131,7 @@ class FactSheet:
     clients: int | None
     facts: dict[str, Fact] = field(default_factory=dict)
     peak: bool = True
+    rate: float | None = None  # an open-loop cell's offered rate (its sheet is not a peak)
 
     def add(
         self,
@@ -167,6 +169,7 @@ class FactSheet:
         return {
             "variant": self.variant,
             "clients": self.clients,
+            "rate": self.rate,
             "peak": self.peak,
             "facts": {n: f.to_json() for n, f in sorted(self.facts.items())},
         }
@@ -178,6 +181,7 @@ class FactSheet:
             data.get("clients"),
             {name: Fact(**fact) for name, fact in data["facts"].items()},
             bool(data.get("peak", True)),
+            data.get("rate"),
         )
 
 
@@ -205,6 +209,7 @@ class Finding:
     # A heavy path no mechanism interprets and whose node shows no waste: where the time
     # goes, said after the findings that say why.
     plain: bool = False
+    rate: float | None = None  # an open-loop cell's offered rate (the knee's findings)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -224,6 +229,7 @@ class Finding:
             "specific": self.specific,  # False: every variant shows it
             "breadth": self.breadth,
             "plain": self.plain,
+            "rate": self.rate,
         }
 
 
@@ -261,12 +267,35 @@ class WindowJudgement:
 
 
 @dataclass
+class KneeJudgement:
+    """An open-loop knee's cell (the lowest rate the server did not keep up with, or the
+    highest offered where it kept up with all) judged by the rules that judge a cell: what
+    limits the server where it stops keeping up."""
+
+    variant: str
+    clients: int
+    rate: float
+    findings: list[Finding]  # best first
+    note: str  # in words: the knee and its leading finding
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "clients": self.clients,
+            "rate": self.rate,
+            "findings": [f.to_json() for f in self.findings],
+            "note": self.note,
+        }
+
+
+@dataclass
 class Diagnosis:
     verdict: str
     findings: list[Finding]  # best first
     not_assessed: list[NotAssessed]
     weak: bool  # no finding reached medium confidence
     worst_window: WindowJudgement | None = None  # `observe` only
+    knees: list[KneeJudgement] = field(default_factory=list)  # runs with offered rates
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -275,6 +304,7 @@ class Diagnosis:
             "findings": [f.to_json() for f in self.findings],
             "not_assessed": [n.to_json() for n in self.not_assessed],
             "worst_window": self.worst_window.to_json() if self.worst_window else None,
+            "knees": [k.to_json() for k in self.knees],
         }
 
 
@@ -330,6 +360,13 @@ class Step:
     # pgbench's connection time per transaction (under -C: connecting and disconnecting
     # each; else each client's one connection spread over its transactions)
     connection_ms: float | None = None
+    # Open loop (pgbench -R): the rate offered, tps; None for a closed-loop step. Its
+    # latency counts from each transaction's scheduled start, the wait for a turn included.
+    rate: float | None = None
+    schedule: Schedule | None = None
+    # How fast the median latency rose over the window, ms per second (the slope of the
+    # whole seconds' medians): about 0 while the server keeps up; a backlog makes it grow.
+    latency_growth_ms_per_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -416,6 +453,7 @@ class TracedCell:
     xacts: int  # transactions in those windows
     lwlocks: list[LatencySummary]  # per tranche and mode, most total wait first
     lock_waits: list[LatencySummary]  # heavyweight lock waits per lock type and mode
+    rate: float | None = None  # an open-loop cell's offered rate
 
 
 @dataclass(frozen=True)
@@ -460,6 +498,7 @@ class HostCell:
     walsender_aas: float | None = None  # walsenders on CPU on average (activity sampling)
     own: float | None = None  # pgscope and the tracers it started
     other: float | None = None  # other user-space processes (kernel threads not counted)
+    rate: float | None = None  # an open-loop cell's offered rate
 
 
 @dataclass(frozen=True)
@@ -471,6 +510,7 @@ class ProfileCell:
     functions: FunctionTable
     spin: HotSpot | None = None  # samples in PostgreSQL's spin loops, by caller
     snapshot: HotSpot | None = None  # samples in GetSnapshotData, by caller
+    rate: float | None = None  # an open-loop cell's offered rate
 
 
 @dataclass(frozen=True)
@@ -521,6 +561,8 @@ class RunAnalysis:
     diagnosis: Diagnosis | None = None
     # On a user's server: transaction ids every session was given while the load ran
     xids: XidUse | None = None
+    # Open loop: offered rates, latency against them, the knee, the capacity at each objective
+    capacity: CapacityAnalysis | None = None
 
     @property
     def complete(self) -> bool:
@@ -545,25 +587,36 @@ class RunAnalysis:
         return self.command in SESSIONS
 
     def cell_sheets(self) -> list[FactSheet]:
-        return [s for s in self.facts if s.variant is not None]
+        """The closed-loop cells' sheets (an open-loop cell's has its rate)."""
+        return [s for s in self.facts if s.variant is not None and s.rate is None]
 
-    def account_of(self, variant: str | None, clients: int | None) -> Account | None:
+    def account_of(
+        self, variant: str | None, clients: int | None, rate: float | None = None
+    ) -> Account | None:
         """The account a cell's findings follow: the cell's own, or an observation's whole."""
-        return account_of(self.accounts, variant, clients)
+        return account_of(self.accounts, variant, clients, rate)
 
     def peak_accounts(self) -> list[Account]:
         """The accounts a reader is shown: each variant's highest client count's, or the
-        whole of an observation."""
+        whole of an observation; then each open-loop knee's."""
         whole = [a for a in self.accounts if a.scope == "whole"]
         if whole:
             return whole
+        knees = [
+            a
+            for k in (self.diagnosis.knees if self.diagnosis else [])
+            if (a := account_of(self.accounts, k.variant, k.clients, k.rate)) is not None
+            and a.rate is not None
+        ]
         peaks: dict[str, Account] = {}
         for a in self.accounts:
-            if a.variant is not None and (
-                a.variant not in peaks or (a.clients or 0) > (peaks[a.variant].clients or 0)
+            if (
+                a.variant is not None
+                and a.rate is None
+                and (a.variant not in peaks or (a.clients or 0) > (peaks[a.variant].clients or 0))
             ):
                 peaks[a.variant] = a
-        return list(peaks.values())
+        return [*peaks.values(), *knees]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -167,10 +167,16 @@ def recordings(store: Queryable) -> list[Recording]:
     return [Recording(**row) for row in rows]
 
 
-def steps_of(store: Queryable, variant: str | None = None, clients: int | None = None) -> list[int]:
-    """Step ids of a variant and/or client count."""
-    sql = "SELECT step_id FROM steps WHERE true"
-    params: list[Any] = []
+def steps_of(
+    store: Queryable,
+    variant: str | None = None,
+    clients: int | None = None,
+    rate: float | None = None,
+) -> list[int]:
+    """Step ids of a variant and/or client count, at an offered rate (None: the closed-loop
+    steps, the sweep's)."""
+    sql = "SELECT step_id FROM steps WHERE rate IS NOT DISTINCT FROM ?"
+    params: list[Any] = [rate]
     if variant is not None:
         sql += " AND variant = ?"
         params.append(variant)

@@ -30,6 +30,9 @@ class Cell:
     p95_ms: float | None
     p99_ms: float | None
     errored_steps: int = 0  # steps whose workload's transactions errored (status "errors")
+    # An open-loop cell (capacity.RateCell.as_cell): the rate offered; tps is what the server
+    # completed of it. None: a closed-loop cell, the only kind `summarise` makes.
+    rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,9 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def summarise(steps: list[dict[str, Any]], variant_order: list[str] | None = None) -> list[Cell]:
-    """One cell per (variant, clients), in the spec's order of variants (the steps ran in a
-    random one)."""
+    """One cell per (variant, clients) of the closed-loop steps, in the spec's order of
+    variants (the steps ran in a random one). Open-loop steps (a rate) are capacity.py's."""
+    steps = [s for s in steps if s.get("rate") is None]
     groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for step in steps:
         groups[(step["variant"], step["clients"])].append(step)
@@ -114,7 +118,10 @@ def analyse(
         good = [
             s
             for s in steps
-            if s["variant"] == variant and s["status"] == "ok" and s["tps"] is not None
+            if s["variant"] == variant
+            and s["status"] == "ok"
+            and s["tps"] is not None
+            and s.get("rate") is None
         ]
         try:
             fits[variant] = fit_usl(

@@ -37,15 +37,16 @@ ACTIVE = (
     "AND coalesce(wait_event_type, '') NOT IN ('Activity', 'Extension')))"
 )
 CLIENTS = "backend_type = 'client backend' AND coalesce(application_name, '') NOT LIKE 'pgscope%'"
-# Activity rows inside the steps' measured windows, each with its step's id, variant and
-# clients. Not a range join, whose cost grows with rows x steps (an hour's observation: 18 M
-# rows x 360 windows took minutes), nor an ASOF join, which sorts every row (4.5 GB for those
-# 18 M): each step is listed once per second it covers (a few thousand rows), the samples
-# meet it on their second (a hash join that streams), and the window's bounds decide at the
-# edges: half-open, [start, end), so that windows sharing an edge count a sample there once.
+# Activity rows inside the steps' measured windows, each with its step's id, variant,
+# clients and offered rate (NULL: closed loop). Not a range join, whose cost grows with rows
+# x steps (an hour's observation: 18 M rows x 360 windows took minutes), nor an ASOF join,
+# which sorts every row (4.5 GB for those 18 M): each step is listed once per second it
+# covers (a few thousand rows), the samples meet it on their second (a hash join that
+# streams), and the window's bounds decide at the edges: half-open, [start, end), so that
+# windows sharing an edge count a sample there once.
 IN_WINDOWS = (
-    "(SELECT s.step_id, s.variant, s.clients, a.* FROM activity_samples a "
-    "JOIN (SELECT step_id, variant, clients, window_start_us, window_end_us, "
+    "(SELECT s.step_id, s.variant, s.clients, s.rate, a.* FROM activity_samples a "
+    "JOIN (SELECT step_id, variant, clients, rate, window_start_us, window_end_us, "
     "unnest(range(window_start_us // 1000000, window_end_us // 1000000 + 1)) AS second "
     "FROM steps WHERE window_start_us IS NOT NULL AND window_end_us IS NOT NULL) s "
     "ON a.ts_us // 1000000 = s.second "
@@ -212,62 +213,70 @@ def profiles_by_step(db: duckdb.DuckDBPyConnection) -> list[StepProfile]:
 
 @dataclass(frozen=True)
 class ConcurrencyProfile:
-    """The profile versus concurrency: per (variant, clients), all repeats pooled."""
+    """The profile versus concurrency: per (variant, clients), all repeats pooled; an
+    open-loop cell's (variant, clients, rate) apart from the closed-loop one."""
 
     variant: str
     clients: int
     profile: Profile
+    rate: float | None = None  # the offered rate of an open-loop cell
+
+
+Cell = tuple[str, int, float | None]  # (variant, clients, rate)
 
 
 def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfile]:
     rows = db.execute(
-        f"SELECT variant, clients, {WAIT_TYPE}, {WAIT_EVENT}, count(*) AS n "
+        f"SELECT variant, clients, rate, {WAIT_TYPE}, {WAIT_EVENT}, count(*) AS n "
         f"FROM {IN_WINDOWS} "
         # Ties broken by name: the same run gives the same document.
-        f"WHERE {ACTIVE} GROUP BY ALL ORDER BY variant, clients, n DESC, 3, 4"
+        f"WHERE {ACTIVE} GROUP BY ALL ORDER BY variant, clients, rate NULLS FIRST, n DESC, 4, 5"
     ).fetchall()
-    instants = dict(
-        ((v, c), int(n))
-        for v, c, n in db.execute(
-            f"SELECT variant, clients, count(DISTINCT sample_no) FROM {IN_WINDOWS} GROUP BY ALL"
+    instants: dict[Cell, int] = {
+        (v, c, r): int(n)
+        for v, c, r, n in db.execute(
+            f"SELECT variant, clients, rate, count(DISTINCT sample_no) FROM {IN_WINDOWS} "
+            f"GROUP BY ALL"
         ).fetchall()
-    )
-    seconds_by = dict(
-        ((v, c), float(secs))
-        for v, c, secs in db.execute(
+    }
+    seconds_by: dict[Cell, float] = {
+        (v, c, r): float(secs)
+        for v, c, r, secs in db.execute(
             # A step cut short (a full disk, a crash) may have a start and no end.
-            "SELECT variant, clients, sum(window_end_us - window_start_us) / 1e6 FROM steps "
-            "WHERE window_start_us IS NOT NULL AND window_end_us IS NOT NULL GROUP BY ALL"
+            "SELECT variant, clients, rate, sum(window_end_us - window_start_us) / 1e6 "
+            "FROM steps WHERE window_start_us IS NOT NULL AND window_end_us IS NOT NULL "
+            "GROUP BY ALL"
         ).fetchall()
-    )
-    states: dict[tuple[str, int], dict[str, int]] = {}
-    for variant, clients, state, n in db.execute(
-        f"SELECT variant, clients, coalesce(state, 'unknown'), count(*) "
+    }
+    states: dict[Cell, dict[str, int]] = {}
+    for variant, clients, rate, state, n in db.execute(
+        f"SELECT variant, clients, rate, coalesce(state, 'unknown'), count(*) "
         f"FROM {IN_WINDOWS} WHERE {CLIENTS} GROUP BY ALL"
     ).fetchall():
-        states.setdefault((variant, clients), {})[str(state)] = int(n)
-    grouped: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
-    for variant, clients, wtype, event, n in rows:
-        grouped.setdefault((variant, clients), []).append((wtype, event, n))
+        states.setdefault((variant, clients, rate), {})[str(state)] = int(n)
+    grouped: dict[Cell, list[tuple[str, str, int]]] = {}
+    for variant, clients, rate, wtype, event, n in rows:
+        grouped.setdefault((variant, clients, rate), []).append((wtype, event, n))
     out = []
     # Every sampled cell, also one whose sessions were never active (a think-time bound
     # load): its states are the evidence, and its profile is empty.
-    for variant, clients in [*grouped, *(k for k in instants if k not in grouped)]:
-        entries = grouped.get((variant, clients), [])
+    for key in [*grouped, *(k for k in instants if k not in grouped)]:
+        entries = grouped.get(key, [])
         total = sum(n for *_, n in entries)
-        counts = states.get((variant, clients), {})
+        counts = states.get(key, {})
         client_rows = sum(counts.values()) or 1
         out.append(
             ConcurrencyProfile(
-                variant,
-                clients,
+                key[0],
+                key[1],
                 Profile(
                     [ProfileEntry(t, e, n, n / total) for t, e, n in entries],
                     total,
-                    instants.get((variant, clients), 0),
-                    seconds_by.get((variant, clients), 0.0),
+                    instants.get(key, 0),
+                    seconds_by.get(key, 0.0),
                     {s: n / client_rows for s, n in sorted(counts.items(), key=lambda r: -r[1])},
                 ),
+                key[2],
             )
         )
     order = {
@@ -278,7 +287,9 @@ def profiles_by_clients(db: duckdb.DuckDBPyConnection) -> list[ConcurrencyProfil
             ).fetchall()
         )
     }
-    return sorted(out, key=lambda p: (order.get(p.variant, 0), p.clients))
+    return sorted(
+        out, key=lambda p: (order.get(p.variant, 0), p.rate is not None, p.rate or 0, p.clients)
+    )
 
 
 def aas_timeline(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, float]]:
@@ -481,17 +492,15 @@ def analyse(
     )
 
 
-def backend_cpu_aas(
-    db: duckdb.DuckDBPyConnection, backend_type: str
-) -> dict[tuple[str, int], float]:
-    """Per (variant, clients): average number of `backend_type` processes on CPU (e.g. how
-    busy the walsenders are), over the steps' measured windows."""
+def backend_cpu_aas(db: duckdb.DuckDBPyConnection, backend_type: str) -> dict[Cell, float]:
+    """Per (variant, clients, rate): average number of `backend_type` processes on CPU (e.g.
+    how busy the walsenders are), over the steps' measured windows."""
     if not has_samples(db):
         return {}
     rows = db.execute(
-        "SELECT variant, clients, count(*) FILTER (WHERE backend_type = ? AND "
+        "SELECT variant, clients, rate, count(*) FILTER (WHERE backend_type = ? AND "
         "wait_event_type IS NULL AND state IS DISTINCT FROM 'idle') / "
         f"count(DISTINCT sample_no) FROM {IN_WINDOWS} GROUP BY ALL",
         [backend_type],
     ).fetchall()
-    return {(str(v), int(c)): float(a) for v, c, a in rows}
+    return {(str(v), int(c), r): float(a) for v, c, r, a in rows}

@@ -109,6 +109,21 @@ def compare(
             f"{plain(model['kappa_b'], 3)}",
             highlight=False,
         )
+    for row in change.capacity:
+        what = "the knee (tps completed beyond it)" if row["what"] == "knee" else row["what"]
+        out.print(
+            f"capacity {row['variant']}, {what}: {_tps(row['a'])} → {_tps(row['b'])}"
+            + (f" ({row['change_pct']:+.1f}%" if row["change_pct"] is not None else "")
+            + (
+                f", 95% interval {row['ci95_pct'][0]:+.1f}% … {row['ci95_pct'][1]:+.1f}%)"
+                if row["ci95_pct"]
+                else ")"
+                if row["change_pct"] is not None
+                else ""
+            ),
+            highlight=False,
+            markup=False,
+        )
     if change.waits:
         shares = ", ".join(f"{w['class']} {w['a']:.0%} → {w['b']:.0%}" for w in change.waits[:6])
         out.print(f"waits at the highest client count: {shares}", highlight=False)
@@ -126,3 +141,7 @@ def compare(
 
 def _shown(value: object) -> str:
     return "not recorded" if value is None else str(value)
+
+
+def _tps(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:,.0f} tps"

@@ -37,8 +37,7 @@ class ConsoleReporter:
 
     def step_started(self, step: PlannedStep, total: int, seconds: float) -> None:
         self.label = (
-            f"step {step.step_id}/{total}  {step.variant}  clients={step.clients}  "
-            f"repeat={step.repeat}"
+            f"step {step.step_id}/{total}  {step.variant}  {step.describe()}  repeat={step.repeat}"
         )
         self.step_started_at = time.monotonic()
         self.seconds = seconds
@@ -70,8 +69,11 @@ class ConsoleReporter:
         elif error is not None:
             self.console.print(f"{self.label}  [red]failed: {escape(error)}[/red]", highlight=False)
         elif stats is not None:
+            # Open loop: what the server completed of the rate offered, and latency counted
+            # from each transaction's scheduled start.
+            achieved = f"  ({stats.tps / step.rate:.0%} of the rate)" if step.rate else ""
             self.console.print(
-                f"{self.label}  {stats.tps:,.0f} tps  p50 {_ms(stats.p50_ms)}  "
+                f"{self.label}  {stats.tps:,.0f} tps{achieved}  p50 {_ms(stats.p50_ms)}  "
                 f"p95 {_ms(stats.p95_ms)}  p99 {_ms(stats.p99_ms)} ms",
                 highlight=False,
             )

@@ -173,6 +173,33 @@ def run(
             "repeatable; replaces the spec's actions.",
         ),
     ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            "--rate",
+            help="Open loop: offered rates, after the closed-loop sweep: tps (2000,4000), "
+            "shares of the sweep's peak (20%,50%), or ranges (20%-120% every 20%, "
+            "20%-120%/10%, 1000-5000/1000). pgbench -R schedules each transaction at its "
+            "time whether or not the last returned, and latency counts from that time.",
+        ),
+    ] = None,
+    rate_clients: Annotated[
+        int | None,
+        typer.Option(
+            "--rate-clients",
+            help="Clients that drive the rates, a pool (default: the sweep's highest client "
+            "count, whose closed-loop latency the run then has beside them).",
+        ),
+    ] = None,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--slo",
+            help="A latency objective for the rates, pNN<LATENCY (p99<10ms, p99.9<50ms); "
+            "repeatable. The run reports the highest rate meeting each (the capacity) with "
+            "its 95% interval over repeats; the largest latency is pgbench's --latency-limit.",
+        ),
+    ] = None,
     collectors: Annotated[
         str | None,
         typer.Option(
@@ -210,6 +237,8 @@ def run(
       pgscope run my.toml --set shared_buffers=1GB
       pgscope run --script insert.sql --init-sql schema.sql --scale 0 --clients 1-8
       pgscope run --dsn "host=db1 dbname=bench user=me" --workload select-only
+      pgscope run capacity --quick --slo 'p99<10ms'
+      pgscope run scaling --rate 20%-120% --slo 'p99<5ms' --slo 'p50<1ms'
       pgscope run --again results/20261124-071918-lookup-df88
     """
     from pgscope.analyze.load import load_analysis
@@ -260,6 +289,9 @@ def run(
         names = [n.strip() for n in collectors.split(",") if n.strip()]
         override("collectors", "--collectors", {name: {} for name in names})
     override("seed", "--seed", seed)
+    override("rates", "--rate", rate)
+    override("rate_clients", "--rate-clients", rate_clients)
+    override("slo", "--slo", slo or None)
     if script:
         override("scripts", "--script", [_absolute_script(s) for s in script])
         if workload is None:
@@ -404,8 +436,8 @@ def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
     from pgscope.host import usable_cores
     from pgscope.runner.plan import plan_steps
     from pgscope.runner.run import run_selection
-    from pgscope.spec import setting_text
-    from pgscope.words import counted
+    from pgscope.spec import rates_label, setting_text
+    from pgscope.words import counted, n_clients
 
     spec = loaded.spec
     cores = usable_cores()
@@ -433,8 +465,17 @@ def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
         "collectors": sorted(
             run_selection(spec, target is not None, lambda _: None, loaded.own_collectors)
         ),
+        "rates": [r.label for r in spec.offered_rates()],
+        "rate_clients": spec.rate_clients,
+        "slo": spec.slo,
         "order": [
-            {"step_id": s.step_id, "variant": s.variant, "clients": s.clients, "repeat": s.repeat}
+            {
+                "step_id": s.step_id,
+                "variant": s.variant,
+                "clients": s.clients,
+                "repeat": s.repeat,
+                **({"rate": s.offered.label} if s.offered is not None else {}),
+            }
             for s in steps
         ],
     }
@@ -462,6 +503,15 @@ def _show_plan(loaded: Any, target: Any, as_json: bool) -> None:
     )
     if spec.connect_per_transaction:
         out.print("connections: a new one for each transaction (pgbench -C)", highlight=False)
+    if spec.rates:
+        who = n_clients(spec.rate_client_count(cores))
+        objectives = f"; objectives {', '.join(spec.slo)}" if spec.slo else ""
+        out.print(
+            f"then open loop (pgbench -R): offered {rates_label(spec.offered_rates())}, by "
+            f"{who}{objectives}",
+            highlight=False,
+            markup=False,
+        )
     for variant, settings in document["variants"].items():
         shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "server defaults"
         out.print(f"variant {variant}: {shown}", highlight=False, markup=False)

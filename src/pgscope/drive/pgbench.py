@@ -10,6 +10,7 @@ One run of pgbench gives three things, all parsed here and nowhere else:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import selectors
@@ -30,7 +31,7 @@ from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
 from pgscope.files import open_for_writing
 from pgscope.proc import spawn, stop_process
-from pgscope.spec import ScriptRef
+from pgscope.spec import Objective, ScriptRef
 from pgscope.target.conn import ConnParams
 from pgscope.target.pgbin import PgBinaries
 from pgscope.target.server import current_role, missing_grants
@@ -126,6 +127,13 @@ class Workload:
     defines: tuple[tuple[str, str], ...] = ()  # pgbench -D NAME=VALUE
     max_tries: int = 1  # pgbench --max-tries: tries of a serialization/deadlock failure
     connect_per_transaction: bool = False  # pgbench -C: a new connection per transaction
+    # pgbench -R: transactions scheduled at this rate (tps, Poisson arrivals), whether or not
+    # the last one returned (open loop); None: each client sends the next when the last
+    # returns (closed loop).
+    rate: float | None = None
+    # pgbench --latency-limit (with a rate): a transaction already this late when its turn
+    # comes is skipped, not sent; one that completes later than this is counted late.
+    latency_limit_ms: float | None = None
 
     def readable_by(self, user: LoadUser) -> Workload:
         """The same workload reading copies of its scripts that `user`'s account can read."""
@@ -140,6 +148,10 @@ class Workload:
         args = ["-M", self.protocol, f"--max-tries={self.max_tries}", "--failures-detailed"]
         if self.connect_per_transaction:
             args.append("--connect")
+        if self.rate is not None:
+            args.append(f"--rate={self.rate:.3f}")
+            if self.latency_limit_ms is not None:
+                args.append(f"--latency-limit={self.latency_limit_ms:.3f}")
         if self.builtin:
             args += ["-b", self.builtin]
         for script in self.scripts:
@@ -540,54 +552,116 @@ class SecondStats:
     p95_ms: float | None
     p99_ms: float | None
     max_ms: float | None
+    # With a rate: the mean wait of the second's transactions for their turn (schedule lag)
+    # and the transactions skipped that second (--latency-limit); None without a rate.
+    lag_ms: float | None = None
+    skipped: int | None = None
+
+
+@dataclass(frozen=True)
+class ObjectiveStats:
+    """One objective over a step's measured window: the transactions that missed it (a
+    latency above the threshold, or skipped for being too late to meet the limit) as a
+    share of those scheduled (succeeded or skipped), and the objective's quantile."""
+
+    name: str
+    quantile: float
+    threshold_ms: float
+    above: int
+    scheduled: int
+    latency_ms: float | None  # the quantile; None: it falls among the skipped ones
+
+    @property
+    def above_share(self) -> float:
+        return self.above / self.scheduled if self.scheduled else 0.0
+
+    @property
+    def met(self) -> bool:
+        return self.scheduled > 0 and self.above_share <= 1 - self.quantile
+
+
+@dataclass(frozen=True)
+class ScheduleStats:
+    """What an open-loop step (pgbench -R) adds, over its measured window: latency is counted
+    from each transaction's scheduled start, so it includes the wait for a free client (the
+    schedule lag); the service time is what is left, the latency a closed loop measures."""
+
+    lag_mean_ms: float
+    lag_p99_ms: float
+    lag_max_ms: float
+    service_p50_ms: float
+    service_p99_ms: float
+    skipped: int  # not sent: already later than --latency-limit when their turn came
+    late: int | None  # completed later than --latency-limit (None: no limit)
+    objectives: tuple[ObjectiveStats, ...] = ()
+    # Transactions due in the window (by their schedule) that succeeded by its end: the rate
+    # offered that was served. Completions in the window count too many where a backlog from
+    # before it drains inside it, and too few where one from inside it drains after it.
+    served: int = 0
 
 
 # pgbench 15's per-transaction log: `client_id transaction_no time script_no time_epoch
-# time_us [schedule_lag] [retries]`; schedule_lag only with --rate (never passed), retries
-# only with --max-tries other than 1: null_padding reads a line without it as NULL.
-_LOG_COLUMNS = {
-    "client_id": "BIGINT",
-    "xact_no": "BIGINT",
-    "latency": "VARCHAR",
-    "script_no": "BIGINT",
-    "epoch_s": "BIGINT",
-    "epoch_us": "BIGINT",
-    "retries": "BIGINT",
-}
+# time_us [schedule_lag] [retries]`; schedule_lag only with --rate, retries only with
+# --max-tries other than 1: null_padding reads a line without it as NULL. With --rate,
+# `time` is counted from the transaction's scheduled start (schedule lag included), and a
+# transaction skipped under --latency-limit has `skipped` in it.
+def _log_columns(rated: bool) -> dict[str, str]:
+    columns = {
+        "client_id": "BIGINT",
+        "xact_no": "BIGINT",
+        "latency": "VARCHAR",
+        "script_no": "BIGINT",
+        "epoch_s": "BIGINT",
+        "epoch_us": "BIGINT",
+    }
+    if rated:
+        columns["lag"] = "BIGINT"
+    columns["retries"] = "BIGINT"
+    return columns
 
 
-def _log_relation(db: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
-    """Expose the logs as view `xact` (end_us, latency_us, failed, failure, retries). A failed
-    transaction's time column reads 'serialization' or 'deadlock' (--failures-detailed), or
-    'failed' for any other failure, hence VARCHAR + TRY_CAST; `failure` is NULL for a
-    transaction that succeeded, else 'serialization', 'deadlock' or 'other'. A line without
-    its end time is one pgbench was cut off writing (a full disk, a kill): not a transaction,
-    failed or not, so it is left out."""
+def _log_relation(db: duckdb.DuckDBPyConnection, files: list[Path], rated: bool = False) -> None:
+    """Expose the logs as view `xact` (end_us, latency_us, failed, failure, retries, lag_us)
+    and, with a rate, `skip` (end_us of each skipped transaction). A failed transaction's time
+    column reads 'serialization' or 'deadlock' (--failures-detailed), or 'failed' for any
+    other failure, hence VARCHAR + TRY_CAST; `failure` is NULL for a transaction that
+    succeeded, else 'serialization', 'deadlock' or 'other'. A skipped transaction was never
+    sent: not in `xact`. A line without its end time is one pgbench was cut off writing (a
+    full disk, a kill): not a transaction, failed or not, so it is left out."""
     # Table functions in a view cannot take bound parameters: quote the literals instead.
     # No sniffing: it would refuse the 7 columns given for a log of 6 (no retries column).
     file_list = ", ".join(_sql_string(str(f)) for f in files)
-    columns = ", ".join(f"{_sql_string(k)}: {_sql_string(v)}" for k, v in _LOG_COLUMNS.items())
+    columns = ", ".join(
+        f"{_sql_string(k)}: {_sql_string(v)}" for k, v in _log_columns(rated).items()
+    )
     db.execute(
         f"CREATE OR REPLACE TEMP VIEW raw_xact AS SELECT * FROM read_csv([{file_list}], "
         f"delim=' ', header=false, columns={{{columns}}}, null_padding=true, "
         f"ignore_errors=true, auto_detect=false)"
     )
+    lag = "lag" if rated else "CAST(NULL AS BIGINT)"
+    whole = "epoch_s IS NOT NULL AND epoch_us IS NOT NULL"
     db.execute(
         "CREATE OR REPLACE TEMP VIEW xact AS SELECT epoch_s * 1000000 + epoch_us AS end_us, "
         "TRY_CAST(latency AS BIGINT) AS latency_us, "
         "TRY_CAST(latency AS BIGINT) IS NULL AS failed, "
         "CASE WHEN TRY_CAST(latency AS BIGINT) IS NOT NULL THEN NULL "
         "WHEN latency IN ('serialization', 'deadlock') THEN latency ELSE 'other' END AS failure, "
-        "coalesce(retries, 0) AS retries, client_id, script_no FROM raw_xact "
-        "WHERE epoch_s IS NOT NULL AND epoch_us IS NOT NULL"
+        f"coalesce(retries, 0) AS retries, client_id, script_no, {lag} AS lag_us FROM raw_xact "
+        f"WHERE {whole} AND latency IS DISTINCT FROM 'skipped'"
+    )
+    db.execute(
+        "CREATE OR REPLACE TEMP VIEW skip AS SELECT epoch_s * 1000000 + epoch_us AS end_us "
+        f"FROM raw_xact WHERE {whole} AND latency = 'skipped'"
     )
 
 
 def analyse_logs(
-    files: list[Path], warmup_s: float
+    files: list[Path], warmup_s: float, rated: bool = False
 ) -> tuple[LatencyStats | None, list[SecondStats], Outcomes]:
     """Exact latency percentiles over the measured window, per-second percentiles, and the
-    transactions by outcome.
+    transactions by outcome. `rated`: the logs are of a step driven at a rate (pgbench -R),
+    whose lines carry the schedule lag.
 
     The window starts `warmup_s` after the first transaction completed and ends at the last;
     tps is the number of transactions that succeeded in it divided by its length. No
@@ -599,20 +673,26 @@ def analyse_logs(
         return None, [], Outcomes(None, None)
     db = connect()
     try:
-        _log_relation(db, files)
+        _log_relation(db, files, rated)
         bounds = db.execute("SELECT min(end_us), max(end_us) FROM xact").fetchone()
         if bounds is None or bounds[0] is None:
             return None, [], Outcomes(None, None)
         window_start = int(bounds[0] + warmup_s * 1_000_000)
         window_end = int(bounds[1])
+        rated_columns = (
+            "avg(lag_us) / 1000, coalesce(any_value(k.n), 0)"
+            if rated
+            else "CAST(NULL AS DOUBLE), CAST(NULL AS BIGINT)"
+        )
         per_second = [
             SecondStats(*row)
             for row in db.execute(
-                "SELECT (end_us // 1000000) * 1000000 AS sec, count(*), "
-                "count(*) FILTER (WHERE failed), "
+                "SELECT x.sec, count(*), count(*) FILTER (WHERE failed), "
                 "quantile_cont(latency_us, 0.5) / 1000, quantile_cont(latency_us, 0.95) / 1000, "
-                "quantile_cont(latency_us, 0.99) / 1000, max(latency_us) / 1000 "
-                "FROM xact GROUP BY sec ORDER BY sec"
+                f"quantile_cont(latency_us, 0.99) / 1000, max(latency_us) / 1000, {rated_columns} "
+                "FROM (SELECT *, (end_us // 1000000) * 1000000 AS sec FROM xact) x "
+                "LEFT JOIN (SELECT (end_us // 1000000) * 1000000 AS sec, count(*) AS n "
+                "FROM skip GROUP BY 1) k ON k.sec = x.sec GROUP BY x.sec ORDER BY x.sec"
             ).fetchall()
         ]
         windowed = window_end > window_start
@@ -646,6 +726,76 @@ def analyse_logs(
         db.close()
 
 
+def analyse_schedule(
+    files: list[Path],
+    window: tuple[int, int],
+    latency_limit_ms: float | None = None,
+    objectives: tuple[Objective, ...] = (),
+) -> ScheduleStats | None:
+    """An open-loop step's schedule over its measured window (`window`, as analyse_logs
+    found it): the lag, the service time, skipped and late transactions, and each latency
+    objective. None where no transaction succeeded in the window."""
+    files = [f for f in files if f.stat().st_size > 0]
+    if not files:
+        return None
+    start, end = window
+    db = connect()
+    try:
+        _log_relation(db, files, rated=True)
+        inside = "end_us > ? AND end_us <= ?"
+        row = db.execute(
+            "SELECT count(*), avg(lag_us), quantile_cont(lag_us, 0.99), max(lag_us), "
+            "quantile_cont(latency_us - lag_us, [0.5, 0.99]), "
+            "count(*) FILTER (WHERE latency_us > ?) "
+            f"FROM xact WHERE NOT failed AND {inside}",
+            [(latency_limit_ms or 0.0) * 1000, start, end],
+        ).fetchone()
+        due = db.execute(
+            "SELECT count(*) FROM xact WHERE NOT failed AND end_us - latency_us > ? "
+            "AND end_us - latency_us <= ?",
+            [start, end],
+        ).fetchone()
+        skipped_row = db.execute(
+            f"SELECT count(*) FROM skip WHERE {inside}", [start, end]
+        ).fetchone()
+        if row is None or not row[0] or row[1] is None:
+            return None
+        succeeded, lag_mean, lag_p99, lag_max, service, late = row
+        skipped = int(skipped_row[0]) if skipped_row else 0
+        found = []
+        for objective in objectives:
+            # Skipped transactions count as later than any latency: they never ran.
+            above, latency = db.execute(
+                "SELECT count(*) FILTER (WHERE v > ?), quantile_disc(v, ?) FROM ("
+                f"SELECT CAST(latency_us AS DOUBLE) AS v FROM xact WHERE NOT failed AND {inside} "
+                f"UNION ALL SELECT 'infinity'::DOUBLE FROM skip WHERE {inside})",
+                [objective.threshold_ms * 1000, objective.quantile, start, end, start, end],
+            ).fetchone() or (0, None)
+            found.append(
+                ObjectiveStats(
+                    objective.name,
+                    objective.quantile,
+                    objective.threshold_ms,
+                    int(above),
+                    int(succeeded) + skipped,
+                    None if latency is None or math.isinf(latency) else latency / 1000,
+                )
+            )
+        return ScheduleStats(
+            lag_mean_ms=lag_mean / 1000,
+            lag_p99_ms=lag_p99 / 1000,
+            lag_max_ms=lag_max / 1000,
+            service_p50_ms=service[0] / 1000,
+            service_p99_ms=service[1] / 1000,
+            skipped=skipped,
+            late=int(late) if latency_limit_ms is not None else None,
+            objectives=tuple(found),
+            served=int(due[0]) if due else 0,
+        )
+    finally:
+        db.close()
+
+
 def _outcomes(db: duckdb.DuckDBPyConnection, window: tuple[int, int] | None) -> Outcomes:
     where, params = ("WHERE end_us > ? AND end_us <= ?", list(window)) if window else ("", [])
     row = db.execute(
@@ -659,20 +809,31 @@ def _outcomes(db: duckdb.DuckDBPyConnection, window: tuple[int, int] | None) -> 
     return Outcomes(window[0] if window else None, window[1] if window else None, *counts)
 
 
-def archive_logs(files: list[Path], target: Path) -> int:
+def archive_logs(files: list[Path], target: Path, rated: bool = False) -> int:
     """Keep the raw per-transaction log as compressed Parquet (a fraction of the text size),
-    then delete the text files. Returns the number of rows archived."""
+    then delete the text files. Returns the number of rows archived (skipped transactions
+    of a rated step are kept as rows of their own, `skipped` true)."""
     files = [f for f in files if f.stat().st_size > 0]
     if not files:
         return 0
+    # Closed loop: the columns as ever. A rated step's latency counts from the scheduled
+    # start; its rows carry the lag, and its skipped transactions are rows of their own.
+    columns = "client_id, script_no, end_us, latency_us, failed, failure, retries"
+    relation = f"SELECT {columns} FROM xact"
+    if rated:
+        relation = (
+            f"SELECT {columns}, lag_us, false AS skipped FROM xact UNION ALL "
+            "SELECT client_id, script_no, epoch_s * 1000000 + epoch_us, NULL, false, NULL, "
+            "coalesce(retries, 0), NULL, true FROM raw_xact WHERE latency = 'skipped' "
+            "AND epoch_s IS NOT NULL AND epoch_us IS NOT NULL"
+        )
     db = connect()
     try:
-        _log_relation(db, files)
-        count = db.execute("SELECT count(*) FROM xact").fetchone()
+        _log_relation(db, files, rated)
+        count = db.execute(f"SELECT count(*) FROM ({relation})").fetchone()
         db.execute(
-            f"COPY (SELECT client_id, script_no, end_us, latency_us, failed, failure, retries "
-            f"FROM xact "
-            f"ORDER BY end_us) TO {_sql_string(str(target))} (FORMAT parquet, COMPRESSION zstd)"
+            f"COPY ({relation} ORDER BY end_us) TO {_sql_string(str(target))} "
+            f"(FORMAT parquet, COMPRESSION zstd)"
         )
     finally:
         db.close()

@@ -39,6 +39,11 @@ def heading(account: Account) -> str:
         where = "the whole observation"
     elif account.scope == "window":
         where = f"window {account.step_id}"
+    elif account.rate is not None:
+        where = (
+            f"{account.variant}, {account.rate:,.0f} tps offered by "
+            f"{n_clients(account.clients or 0)}"
+        )
     else:
         where = f"{account.variant}, {n_clients(account.clients or 0)}"
     return (

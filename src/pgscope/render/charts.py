@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import math
 from typing import Any
 
 import plotly.graph_objects as go
@@ -88,7 +89,7 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
     fig = go.Figure()
     for i, variant in enumerate(variants):
         colour = _colour(i)
-        steps = [s for s in result.steps if s.variant == variant and s.ok]
+        steps = [s for s in result.steps if s.variant == variant and s.ok and s.rate is None]
         fig.add_trace(
             go.Scatter(
                 x=[s.clients for s in steps],
@@ -202,7 +203,7 @@ def waits_vs_clients(result: RunAnalysis, variant: str) -> dict[str, Any] | None
     """Stacked share of active time per wait class, per client count."""
     if result.waits is None:
         return None
-    profiles = [p for p in result.waits.by_clients if p.variant == variant]
+    profiles = [p for p in result.waits.by_clients if p.variant == variant and p.rate is None]
     if not profiles:
         return None
     classes = sorted(
@@ -573,3 +574,159 @@ def account_icicle(account: Account, title: str) -> dict[str, Any] | None:
         )
     )
     return _figure(fig, title, height=520)
+
+
+OBJECTIVE_COLOURS = ("#dc2626", "#9333ea", "#ea580c", "#0891b2")
+
+
+def capacity(result: RunAnalysis, variant: str) -> dict[str, Any] | None:
+    """Open loop: latency percentiles (from the scheduled start, log axis) against the offered
+    rate, p99 against the achieved rate too; each objective's threshold, each capacity with its
+    95% interval, the knee measured and predicted, and the closed loop at the same clients."""
+    found = result.capacity.of(variant) if result.capacity else None
+    cells = [c for c in found.cells if c.p50_ms is not None] if found else []
+    if found is None or not cells:
+        return None
+    fig = go.Figure()
+    percentiles = (("dot", "p50_ms", "p50"), ("dash", "p95_ms", "p95"), ("solid", "p99_ms", "p99"))
+    for dash, key, name in percentiles:
+        fig.add_trace(
+            go.Scatter(
+                x=[c.rate for c in cells],
+                y=[getattr(c, key) for c in cells],
+                mode="lines+markers",
+                line={"color": PALETTE[0], "dash": dash},
+                name=f"{name} vs offered rate",
+            )
+        )
+    steps = [s for s in result.steps if s.variant == variant and s.rate is not None and s.ok]
+    fig.add_trace(
+        go.Scatter(
+            x=[s.rate for s in steps],
+            y=[s.latency_ms.p99 for s in steps],
+            mode="markers",
+            marker={"color": PALETTE[0], "opacity": 0.35, "size": 7},
+            name="p99, each repeat",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[c.achieved_tps for c in cells],
+            y=[c.p99_ms for c in cells],
+            mode="lines+markers",
+            line={"color": PALETTE[4], "dash": "dashdot"},
+            name="p99 vs achieved rate",
+        )
+    )
+    latencies = [v for c in cells for v in (c.p50_ms, c.p99_ms) if v]
+    knee, closed = found.knee, found.knee.closed
+    if closed is not None and closed.tps and closed.p99_ms:
+        latencies.append(closed.p99_ms)
+        fig.add_trace(
+            go.Scatter(
+                x=[closed.tps],
+                y=[closed.p99_ms],
+                mode="markers",
+                marker={"color": PALETTE[2], "size": 12, "symbol": "diamond"},
+                name=f"closed loop at {n_clients(closed.clients)}: p99",
+            )
+        )
+    objectives = {c.objective: c for c in found.capacities}
+    thresholds = [c.threshold_ms for c in found.capacities]
+    low = min([*latencies, *thresholds]) / 2
+    high = max([*latencies, *thresholds]) * 2
+    top = max(c.rate for c in cells) * 1.1
+    for i, (name, estimate) in enumerate(objectives.items()):
+        colour = OBJECTIVE_COLOURS[i % len(OBJECTIVE_COLOURS)]
+        fig.add_trace(
+            go.Scatter(
+                x=[0, top],
+                y=[estimate.threshold_ms, estimate.threshold_ms],
+                mode="lines",
+                line={"color": colour, "dash": "dash", "width": 1},
+                name=f"objective {name}",
+            )
+        )
+        if estimate.tps is None:
+            continue
+        if estimate.ci95 is not None:
+            lo, hi = estimate.ci95
+            fig.add_trace(
+                go.Scatter(
+                    x=[lo, hi, hi, lo],
+                    y=[low, low, high, high],
+                    fill="toself",
+                    fillcolor=colour,
+                    opacity=0.12,
+                    line={"width": 0},
+                    hoverinfo="skip",
+                    name=f"capacity {name}: 95% interval",
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=[estimate.tps, estimate.tps],
+                y=[low, high],
+                mode="lines",
+                line={"color": colour, "width": 2},
+                name=f"capacity {name}: {estimate.tps:,.0f} tps",
+            )
+        )
+    for x, label, dash in (
+        (knee.saturated_tps, "knee, measured (completed beyond it)", "dot"),
+        (knee.predicted_tps, "knee, predicted by the USL fit", "dashdot"),
+    ):
+        if x is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[x, x],
+                    y=[low, high],
+                    mode="lines",
+                    line={"color": PALETTE[8], "dash": dash, "width": 1},
+                    name=f"{label}: {x:,.0f} tps",
+                )
+            )
+    fig.update_xaxes(title="rate (transactions/s)", rangemode="tozero")
+    fig.update_yaxes(
+        title="latency from the scheduled start (ms, log scale)",
+        type="log",
+        range=[math.log10(low), math.log10(high)],
+    )
+    return _figure(
+        fig,
+        f"Latency against the offered rate ({variant}, {n_clients(found.clients)}, open loop)",
+        height=460,
+    )
+
+
+def achieved(result: RunAnalysis, variant: str) -> dict[str, Any] | None:
+    """Open loop: the rate completed against the rate offered, beside the line where they are
+    equal; the server kept up where its points sit on it."""
+    found = result.capacity.of(variant) if result.capacity else None
+    cells = [c for c in found.cells if c.achieved_tps is not None] if found else []
+    if not cells:
+        return None
+    fig = go.Figure()
+    top = max(max(c.rate for c in cells), max(c.achieved_tps or 0.0 for c in cells)) * 1.05
+    fig.add_trace(
+        go.Scatter(
+            x=[0, top],
+            y=[0, top],
+            mode="lines",
+            line={"color": PALETTE[8], "dash": "dot", "width": 1},
+            name="achieved = offered",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[c.rate for c in cells],
+            y=[c.achieved_tps for c in cells],
+            mode="lines+markers",
+            marker={"color": PALETTE[0], "size": 9},
+            error_y=_interval_bars([c.as_cell() for c in cells]),
+            name="achieved (mean, 95% interval)",
+        )
+    )
+    fig.update_xaxes(title="offered rate (transactions/s)", rangemode="tozero")
+    fig.update_yaxes(title="achieved rate (transactions/s)", rangemode="tozero")
+    return _figure(fig, f"Rate achieved against rate offered ({variant})")

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from pgscope.analyze.model import RunAnalysis, Step
 from pgscope.render.account import print_account
+from pgscope.render.capacity import print_capacity
 from pgscope.render.observation import print_observation
 from pgscope.render.variants import print_variants
 from pgscope.render.waits import print_waits
@@ -153,6 +154,7 @@ def print_summary(console: Console, result: RunAnalysis) -> None:
                 f"[yellow]no model:[/yellow] {result.scalability.fit_errors[variant]}",
                 highlight=False,
             )
+    print_capacity(console, result)
     print_variants(console, result)
     if result.xids is not None:
         console.print(f"\n{result.xids.describe()}", highlight=False, markup=False)

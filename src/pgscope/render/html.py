@@ -19,6 +19,7 @@ from pgscope.analyze.model import RunAnalysis
 from pgscope.files import write_atomic
 from pgscope.render import charts
 from pgscope.render.account import heading, tree_lines
+from pgscope.render.capacity import COLUMNS, cell_row
 from pgscope.render.console import step_problem
 from pgscope.render.flame import flame_page
 from pgscope.render.variants import evidence_table
@@ -83,6 +84,32 @@ def _step_rows(analysis: RunAnalysis) -> list[dict[str, Any]]:
     return rows
 
 
+def _capacity(analysis: RunAnalysis, figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per variant with offered rates: its charts (added to `figures`), its table's rows and
+    its knee's judgement."""
+    if analysis.capacity is None:
+        return []
+    knees = analysis.diagnosis.knees if analysis.diagnosis else []
+    out = []
+    for i, variant in enumerate(analysis.capacity.variants):
+        chart = charts.capacity(analysis, variant.variant)
+        achieved = charts.achieved(analysis, variant.variant)
+        if chart is not None:
+            figures[f"capacity-{i}"] = chart
+        if achieved is not None:
+            figures[f"achieved-{i}"] = achieved
+        out.append(
+            {
+                "section": variant,
+                "chart": f"capacity-{i}" if chart is not None else None,
+                "achieved_chart": f"achieved-{i}" if achieved is not None else None,
+                "rows": [cell_row(c, analysis.capacity.objectives) for c in variant.cells],
+                "knee": next((k for k in knees if k.variant == variant.variant), None),
+            }
+        )
+    return out
+
+
 def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None) -> str:
     """The report; `offered` (collector name -> what it records) lists the collectors this
     pgscope has, so that the report can name those the run did not select."""
@@ -109,6 +136,7 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
         for i, a in enumerate(accounts)
     }
     figures.update({k: v for k, v in account_charts.items() if v is not None})
+    capacity = _capacity(analysis, figures)
     figures = {k: v for k, v in figures.items() if v is not None}
     waits = analysis.waits
     rate = waits.rate if waits else None
@@ -137,6 +165,11 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
             charts_json=charts_json,
             plotly_js=get_plotlyjs(),
             fits=list(analysis.scalability.fits.items()),
+            capacity=capacity,
+            capacity_columns=[
+                *COLUMNS,
+                *(analysis.capacity.objectives if analysis.capacity else []),
+            ],
             cells=analysis.scalability.cells,
             step_rows=_step_rows(analysis),
             wait_charts=list(wait_charts),

@@ -50,8 +50,9 @@ def profile_table(profile: Profile, title: str, limit: int = 12) -> Table:
 
 
 def concurrency_table(profiles: list[ConcurrencyProfile], variant: str) -> Table | None:
-    """Rows: client counts; columns: wait classes (share of active time) and AAS."""
-    rows = [p for p in profiles if p.variant == variant]
+    """Rows: client counts; columns: wait classes (share of active time) and AAS. The
+    sweep's cells (an open-loop cell has a rate: the capacity section's)."""
+    rows = [p for p in profiles if p.variant == variant and p.rate is None]
     if not rows:
         return None
     classes = {c for p in rows for c in p.profile.class_shares()}

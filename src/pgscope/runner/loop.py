@@ -20,6 +20,7 @@ from pgscope.runner.variants import cpu_split, effective_settings, variant_cpus,
 from pgscope.store import now_us
 from pgscope.target.embedded import EmbeddedCluster
 from pgscope.target.introspect import non_default_settings
+from pgscope.words import n_clients
 
 MAX_CRASHES = 3  # an embedded server that keeps dying is a problem to report, not to retry
 
@@ -53,7 +54,14 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
     seconds = math.ceil(spec.warmup + spec.duration)
     failures = 0
     crashes = 0
+    peaks: dict[str, tuple[float, int] | None] = {}
     for step in ctx.steps:
+        if step.open_loop and step.rate is None:
+            resolved = _resolve(ctx, step, peaks)
+            if resolved is None:
+                failures += 1
+                continue
+            step = resolved
         try:
             restarted, bench_cpus = _prepare(ctx, step, collector_ctx, state)
         except TargetError as exc:
@@ -92,6 +100,8 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
                 variant_defines(spec, step.variant),
                 spec.max_tries,
                 spec.connect_per_transaction,
+                step.rate,
+                spec.latency_limit_ms() if step.rate is not None else None,
             )
             status = run_step(ctx, step, workload, seconds, bench_cpus, drivers)
         finally:
@@ -115,6 +125,42 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
             f"all {failures} steps failed; see the step errors in {store.run_dir} "
             f"(pgscope report {store.run_dir})"
         )
+
+
+def _resolve(
+    ctx: RunContext, step: PlannedStep, peaks: dict[str, tuple[float, int] | None]
+) -> PlannedStep | None:
+    """An open-loop step's rate in tps, from its variant's peak: the highest mean tps of the
+    sweep's cells, measured before any rate (recorded as an event once per variant). None,
+    the step recorded as failed, when the sweep measured no peak."""
+    if step.variant not in peaks:
+        rows = ctx.store.query(
+            "SELECT clients, avg(tps) AS tps FROM steps WHERE variant = ? AND status = 'ok' "
+            "AND rate IS NULL AND tps > 0 GROUP BY clients ORDER BY tps DESC, clients LIMIT 1",
+            [step.variant],
+        )
+        peaks[step.variant] = (float(rows[0]["tps"]), int(rows[0]["clients"])) if rows else None
+        if rows:
+            ctx.store.add_event(
+                "peak",
+                f"variant {step.variant}: the sweep's peak is {rows[0]['tps']:,.0f} tps at "
+                f"{n_clients(rows[0]['clients'])}; its offered rates follow",
+                step.step_id,
+            )
+    peak = peaks[step.variant]
+    assert step.offered is not None
+    rate = step.offered.resolve(peak[0] if peak else None)
+    if peak is None or rate is None:
+        error = (
+            f"the closed-loop sweep of variant {step.variant} measured no throughput, so "
+            f"{step.offered.label} cannot be offered"
+        )
+        _begin(ctx, step, restarted=False)
+        ctx.store.finish_step(step.step_id, "failed", error, {})
+        ctx.store.add_event("step-failed", error, step.step_id)
+        ctx.reporter.step_finished(step, None, error, "failed")
+        return None
+    return step.resolved(rate)
 
 
 def _recover(ctx: RunContext, cluster: EmbeddedCluster, step: PlannedStep, crashes: int) -> None:
@@ -211,6 +257,9 @@ def _begin(ctx: RunContext, step: PlannedStep, restarted: bool) -> None:
         spec.duration,
         spec.warmup,
         restarted,
+        rate=step.rate,
+        rate_share=step.offered.share_of_peak if step.offered is not None else None,
+        latency_limit_ms=spec.latency_limit_ms() if step.open_loop else None,
     )
 
 

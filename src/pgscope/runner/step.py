@@ -7,9 +7,12 @@ from pgscope.drive.pgbench import (
     Pgbench,
     ProgressRow,
     RunningPgbench,
+    ScheduleStats,
+    SecondStats,
     StepRun,
     Workload,
     analyse_logs,
+    analyse_schedule,
     archive_logs,
     follow,
 )
@@ -83,14 +86,28 @@ def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares:
     store, reporter, warmup = ctx.store, ctx.reporter, ctx.spec.warmup
     step_dir = store.run_dir / "steps" / f"{step.step_id:04d}"
     log_files = [f for result in results for f in result.log_files()]
-    stats, per_second, outcomes = analyse_logs(log_files, warmup)
+    rated = step.rate is not None
+    stats, per_second, outcomes = analyse_logs(log_files, warmup, rated)
+    schedule: ScheduleStats | None = None
+    if rated and stats is not None:
+        schedule = analyse_schedule(
+            log_files,
+            (stats.window_start_us, stats.window_end_us),
+            ctx.spec.latency_limit_ms(),
+            tuple(ctx.spec.objectives()),
+        )
     store.add_latency_seconds(
         step.step_id,
-        [
-            (s.second_us, s.xacts, s.failed, s.p50_ms, s.p95_ms, s.p99_ms, s.max_ms)
-            for s in per_second
-        ],
+        [(*_second(s), s.lag_ms, s.skipped) for s in per_second],
     )
+    if schedule is not None:
+        store.add_step_objectives(
+            step.step_id,
+            [
+                (o.name, o.quantile, o.threshold_ms, o.above, o.scheduled, o.latency_ms)
+                for o in schedule.objectives
+            ],
+        )
     if len(results) > 1:
         for index, (result, clients) in enumerate(zip(results, shares, strict=True)):
             store.add_instance_result(
@@ -98,7 +115,7 @@ def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares:
             )
     archive = step_dir / "xact.parquet"
     if ctx.keep_xact_logs:
-        archived = archive_logs(log_files, archive)
+        archived = archive_logs(log_files, archive, rated)
     else:
         archived = 0
         for log in log_files:
@@ -165,8 +182,23 @@ def _measure(ctx: RunContext, step: PlannedStep, results: list[StepRun], shares:
             p999_ms=stats.p999_ms,
             max_ms=stats.max_ms,
         )
+    if schedule is not None:
+        values.update(
+            lag_mean_ms=schedule.lag_mean_ms,
+            lag_p99_ms=schedule.lag_p99_ms,
+            lag_max_ms=schedule.lag_max_ms,
+            service_p50_ms=schedule.service_p50_ms,
+            service_p99_ms=schedule.service_p99_ms,
+            skipped=schedule.skipped,
+            late=schedule.late,
+            served=schedule.served,
+        )
     store.finish_step(step.step_id, status, None if status == "ok" else error, values)
     quoted = f'"{workload_error}"'
     shown = f"the workload's SQL failed: {quoted}" if workload_error else error
     reporter.step_finished(step, stats, shown if status != "ok" else None, status)
     return status
+
+
+def _second(s: SecondStats) -> tuple[object, ...]:
+    return (s.second_us, s.xacts, s.failed, s.p50_ms, s.p95_ms, s.p99_ms, s.max_ms)

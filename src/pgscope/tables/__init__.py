@@ -23,10 +23,11 @@ import duckdb
 # 5 the steps' reconnects and connection_ms; 6 every time column of pg_stat_statements (and
 # whether a statement ran at top level), functions, indexes, partition roots, sampled actual
 # plans, and the lock and its holder behind each blocked session; 7 the server's identity in
-# `run` (system identifier, host, port: what a central repository files a run under).
-# Collectors' tables are created when a collector starts: a run without one has none,
-# whatever the version.
-STORE_VERSION = 7
+# `run` (system identifier, host, port: what a central repository files a run under); 8
+# open-loop steps (the steps' offered rate, schedule lag, skipped, late and served
+# transactions; step_objectives; the seconds' lag and skipped). Collectors' tables are
+# created when a collector starts: a run without one has none, whatever the version.
+STORE_VERSION = 8
 TYPES = frozenset({"BIGINT", "INTEGER", "SMALLINT", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 

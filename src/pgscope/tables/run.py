@@ -77,6 +77,20 @@ TABLES = (
         "workload_error VARCHAR @4",
         "reconnects BOOLEAN @5",
         "connection_ms DOUBLE @5",
+        # Open loop (pgbench -R): the offered rate, the share of the peak it was given as, the
+        # latency limit; over the window, the wait for a turn (schedule lag), the service time
+        # (latency less the lag), transactions skipped and completed later than the limit.
+        "rate DOUBLE @8",
+        "rate_share DOUBLE @8",
+        "latency_limit_ms DOUBLE @8",
+        "lag_mean_ms DOUBLE @8",
+        "lag_p99_ms DOUBLE @8",
+        "lag_max_ms DOUBLE @8",
+        "service_p50_ms DOUBLE @8",
+        "service_p99_ms DOUBLE @8",
+        "skipped BIGINT @8",
+        "late BIGINT @8",
+        "served BIGINT @8",
         updated=True,
     ),
     table(
@@ -115,7 +129,22 @@ TABLES = (
         "p95_ms DOUBLE",
         "p99_ms DOUBLE",
         "max_ms DOUBLE",
+        "lag_ms DOUBLE @8",
+        "skipped BIGINT @8",
         series="second_us",
+    ),
+    # Open loop: each latency objective over each rated step's measured window.
+    table(
+        "step_objectives",
+        "run",
+        "step_id INTEGER",
+        "objective VARCHAR",
+        "quantile DOUBLE",
+        "threshold_ms DOUBLE",
+        "above BIGINT",
+        "scheduled BIGINT",
+        "latency_ms DOUBLE",
+        since=8,
     ),
     table("events", "run", "ts_us BIGINT", "step_id INTEGER", "kind VARCHAR", "detail VARCHAR"),
     table(

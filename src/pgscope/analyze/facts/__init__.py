@@ -44,16 +44,32 @@ class CellFacts:
     cell: Cell
     evidence: Mapping[str, Any] = field(default_factory=dict)  # per family: what it read
 
+    @property
+    def rate(self) -> float | None:
+        """An open-loop cell's offered rate (None: a closed-loop cell, the sweep's)."""
+        return getattr(self.cell, "rate", None)
+
+    def owns(self, item: Any) -> bool:
+        """Whether a section's entry (a host cell, a profile, an account...) is this cell's:
+        its variant, client count and rate (a closed-loop entry has none)."""
+        return (
+            item.variant == self.variant
+            and item.clients == self.clients
+            and getattr(item, "rate", None) == self.rate
+        )
+
     def steps(self) -> list[Step]:
         """The cell's steps."""
-        return [
-            s
-            for s in self.analysis.steps
-            if s.variant == self.variant and s.clients == self.clients
-        ]
+        return [s for s in self.analysis.steps if self.owns(s)]
+
+    @property
+    def step_ids(self) -> set[int]:
+        return {s.step_id for s in self.steps()}
 
     @property
     def where(self) -> str:
+        if self.rate is not None:
+            return f"at {self.rate:,.0f} tps offered by {n_clients(self.clients)}"
         return f"at {n_clients(self.clients)}"
 
 
@@ -152,8 +168,9 @@ def read_evidence(store: Queryable) -> dict[str, Any]:
 
 
 def extract(analysis: RunAnalysis, evidence: Mapping[str, Any] | None = None) -> list[FactSheet]:
-    """One sheet per cell (variants in order, client counts ascending), then one for the run
-    (variant comparisons)."""
+    """One sheet per cell (variants in order, client counts ascending), then one per
+    open-loop cell (by rate; never a peak: the rules judge them where the diagnosis asks,
+    at the knee), then one for the run (variant comparisons)."""
     sheets: list[FactSheet] = []
     for variant in analysis.scalability.variants():
         own = [c for c in analysis.scalability.cells if c.variant == variant]
@@ -172,6 +189,21 @@ def extract(analysis: RunAnalysis, evidence: Mapping[str, Any] | None = None) ->
             sheets.append(sheet)
     for family in families():
         family.across(sheets)
+    for group in analysis.capacity.variants if analysis.capacity else []:
+        closed = [
+            c for c in analysis.scalability.cells if c.variant == group.variant and c.tps_mean
+        ]
+        for rated in group.cells:
+            if rated.achieved_tps is None:
+                continue
+            cell = rated.as_cell()
+            sheet = FactSheet(group.variant, cell.clients, peak=False, rate=cell.rate)
+            context = CellFacts(
+                analysis, group.variant, cell.clients, False, closed, cell, evidence or {}
+            )
+            for family in families():
+                family.fill(sheet, context)
+            sheets.append(sheet)
     run = FactSheet(None, None, peak=False)
     for family in families():
         family.run_facts(run, analysis)

@@ -40,11 +40,7 @@ class AccountFamily(Family):
 
     def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
         account = next(
-            (
-                a
-                for a in cell.analysis.accounts
-                if a.scope == "cell" and a.variant == cell.variant and a.clients == cell.clients
-            ),
+            (a for a in cell.analysis.accounts if a.scope == "cell" and cell.owns(a)),
             None,
         )
         if account is None:

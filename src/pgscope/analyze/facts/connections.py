@@ -68,11 +68,8 @@ class ConnectionFamily(Family):
                 statistics.fmean(c / (c + lat) if c + lat > 0 else 0.0 for c, lat in timed),
                 f"{TIME_SHARE.label}, {how}, {cell.where}",
             )
-        counted = [
-            c
-            for c in cell.analysis.counters
-            if c.variant == cell.variant and c.clients == cell.clients
-        ]
+        ids = cell.step_ids
+        counted = [c for c in cell.analysis.counters if c.step_id in ids]
         per_xact = [v for c in counted if (v := c.sessions_per_xact) is not None]
         if per_xact:
             sheet.add(
@@ -83,14 +80,7 @@ class ConnectionFamily(Family):
         lifetimes = [v for c in counted if (v := c.mean_session_ms) is not None]
         if lifetimes:
             sheet.add(SESSION_MS, statistics.fmean(lifetimes), f"{SESSION_MS.label} {cell.where}")
-        row = next(
-            (
-                h
-                for h in cell.analysis.cpu.host
-                if h.variant == cell.variant and h.clients == cell.clients
-            ),
-            None,
-        )
+        row = next((h for h in cell.analysis.cpu.host if cell.owns(h)), None)
         if row is None or row.server is None or not row.cpus:
             return
         windows = [

@@ -61,11 +61,8 @@ class CounterFamily(Family):
     order = 50
 
     def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
-        steps = [
-            c
-            for c in cell.analysis.counters
-            if c.variant == cell.variant and c.clients == cell.clients
-        ]
+        ids = cell.step_ids
+        steps = [c for c in cell.analysis.counters if c.step_id in ids]
         if not steps:
             return
         for kind, values in (

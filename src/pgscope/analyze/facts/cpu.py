@@ -71,14 +71,7 @@ SNAPSHOT_CALLER = FactKind(
 
 def profile_cell(cell: CellFacts) -> ProfileCell | None:
     """The cell's on-CPU profile, None where it has none (or no sample)."""
-    found = next(
-        (
-            p
-            for p in cell.analysis.cpu.profiles
-            if p.variant == cell.variant and p.clients == cell.clients
-        ),
-        None,
-    )
+    found = next((p for p in cell.analysis.cpu.profiles if cell.owns(p)), None)
     return found if found is not None and found.functions.total else None
 
 

@@ -54,7 +54,16 @@ class DipFamily(Family):
     order = 60
 
     def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
-        dips = [d for d in cell.analysis.timeline.dips if d.variant == cell.variant]
+        # The variant's steps of the sweep; an open-loop cell's own: its load does not slow
+        # down with the server, so its dip and recovery are another measurement.
+        rates = {s.step_id: s.rate for s in cell.analysis.steps}
+        ids = cell.step_ids
+        dips = [
+            d
+            for d in cell.analysis.timeline.dips
+            if d.variant == cell.variant
+            and (d.step_id in ids if cell.rate is not None else rates.get(d.step_id) is None)
+        ]
         if not dips:
             return
         worst = max(dips, key=lambda d: d.depth_pct)

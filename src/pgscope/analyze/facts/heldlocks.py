@@ -87,13 +87,13 @@ class HeldLockFamily(Family):
 
 
 def _held_facts(sheet: FactSheet, cell: CellFacts) -> None:
-    analysis, variant, n = cell.analysis, cell.variant, cell.clients
+    analysis, variant = cell.analysis, cell.variant
     section = analysis.held_locks
     if not section.read:
         return
-    steps = {s.step_id for s in analysis.steps if s.variant == variant and s.clients == n}
+    steps = cell.step_ids
     held = [h for h in section.steps if h.step_id in steps]
-    where = f"at {n_clients(n)}"
+    where = cell.where
     if not sum(h.sessions for h in held):
         # A transaction's locks are its plan's, whatever the client count: where this cell's
         # few readings (one a second) caught no busy session, the variant's other cells do.

@@ -37,14 +37,7 @@ class HostFamily(Family):
     order = 40
 
     def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
-        row = next(
-            (
-                h
-                for h in cell.analysis.cpu.host
-                if h.variant == cell.variant and h.clients == cell.clients
-            ),
-            None,
-        )
+        row = next((h for h in cell.analysis.cpu.host if cell.owns(h)), None)
         if row is None:
             return
         where = cell.where

@@ -51,7 +51,8 @@ class ScalingFamily(Family):
         if not cell.cell.tps_mean:
             return
         cells = [c for c in cell.cells if c.clients <= cell.clients]
-        if len(cells) >= 2:
+        # An open-loop cell is not a point of the sweep: only the variant's fit is its fact.
+        if len(cells) >= 2 and cell.rate is None:
             low, high = cells[0], cells[-1]
             assert low.tps_mean is not None and high.tps_mean is not None
             per_client_low = low.tps_mean / low.clients

@@ -98,14 +98,7 @@ class TracedLockFamily(Family):
 
     def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
         n = cell.clients
-        traced = next(
-            (
-                c
-                for c in cell.analysis.locks.by_cell
-                if c.variant == cell.variant and c.clients == n
-            ),
-            None,
-        )
+        traced = next((c for c in cell.analysis.locks.by_cell if cell.owns(c)), None)
         if traced is not None and traced.seconds > 0:
             sampled = cell_profile(cell)
             # Active time: the sampled average active sessions where sampling ran; otherwise

@@ -115,10 +115,20 @@ class WaitFamily(Family):
             return
         waits = cell.analysis.waits
         assert waits is not None
-        by_clients = {p.clients: p.profile for p in waits.by_clients if p.variant == cell.variant}
-        lowest = min(by_clients)
-        low = (lowest, by_clients[lowest]) if lowest < cell.clients else None
-        profile_facts(sheet, profile, cell.clients, cell.where, low)
+        # Growth from the sweep's lowest client count (closed loop), for an open-loop cell too.
+        by_clients = {
+            p.clients: p.profile
+            for p in waits.by_clients
+            if p.variant == cell.variant and p.rate is None
+        }
+        lowest = min(by_clients, default=None)
+        low = (
+            (lowest, by_clients[lowest])
+            if lowest is not None and (lowest < cell.clients or cell.rate is not None)
+            else None
+        )
+        to = cell.where.removeprefix("at ") if cell.rate is not None else None
+        profile_facts(sheet, profile, cell.clients, cell.where, low, to)
 
 
 def cell_profile(cell: CellFacts) -> Profile | None:
@@ -126,14 +136,7 @@ def cell_profile(cell: CellFacts) -> Profile | None:
     waits = cell.analysis.waits
     if waits is None:
         return None
-    profile = next(
-        (
-            p.profile
-            for p in waits.by_clients
-            if p.variant == cell.variant and p.clients == cell.clients
-        ),
-        None,
-    )
+    profile = next((p.profile for p in waits.by_clients if cell.owns(p)), None)
     return profile if profile is not None and profile.samples else None
 
 
@@ -143,6 +146,7 @@ def profile_facts(
     n: int,
     where: str,
     low: tuple[int, Profile] | None = None,
+    to: str | None = None,
 ) -> None:
     """The facts of one wait profile of `n` sessions (`where`: "at 8 clients", "in window 7"),
     with each class's growth from the `low` (clients, profile) where there is one."""
@@ -189,6 +193,6 @@ def profile_facts(
             sheet.add(
                 GROWTH,
                 share - low_classes.get(cls, 0.0),
-                f"growth of {cls}'s share of active time from {lowest} to {n_clients(n)}",
+                f"growth of {cls}'s share of active time from {lowest} to {to or n_clients(n)}",
                 thing=cls,
             )
