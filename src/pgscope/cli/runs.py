@@ -104,7 +104,7 @@ def runs(
 
 def _listed(row: dict[str, Any]) -> dict[str, Any]:
     """A run as `runs` lists it: the store's summary row, with what a reader asks first."""
-    from pgscope.labels import driven_workload
+    from pgscope.labels import driven_workload, shown_conninfo
 
     spec = row.pop("spec", {})
     kind, conninfo = row.pop("target_kind", None), row.pop("target_conninfo", None)
@@ -115,7 +115,7 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
         "date": None
         if started is None
         else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1e6)),
-        "target": "embedded" if kind == "embedded" else conninfo or kind or None,
+        "target": "embedded" if kind == "embedded" else shown_conninfo(conninfo) or kind or None,
         "workload": driven_workload(spec),
         "scale": spec.get("scale"),
         "clients": row.pop("clients", []),
