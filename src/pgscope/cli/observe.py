@@ -20,6 +20,7 @@ from pgscope.cli.options import (
     ResultsDir,
     resolve_dsn,
 )
+from pgscope.collect._samplecost import COST_HZ, SAMPLE_COST_MS
 
 if TYPE_CHECKING:
     from pgscope.session import SessionTarget
@@ -67,9 +68,10 @@ def observe(
             help="Where wait samples come from. auto: memory where it can (root, the server "
             "on this host, the sampler built with pgscope), else sql, saying why. memory: a "
             "compiled reader of "
-            "the server's shared memory, ~0.04 ms of CPU per sample, none of it the server's. "
-            "sql: the server reads its status array for each sample (any server, "
-            "pg_monitor; ~0.12 ms per sample). Both agree with pg_wait_sampling within a "
+            f"the server's shared memory, {SAMPLE_COST_MS['memory']:.3f} ms of CPU per "
+            "sample, none of it the server's. sql: the server reads its status array for each "
+            f"sample (any server, pg_monitor; {SAMPLE_COST_MS['sql']:.3f} ms per sample; both "
+            f"measured at {COST_HZ} Hz). Both agree with pg_wait_sampling within a "
             "total-variation distance of 0.05 (docs/benchmarks.md); the report's wait "
             "sampling layer says which ran.",
             case_sensitive=False,

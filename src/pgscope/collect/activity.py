@@ -38,6 +38,7 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect import shmem
+from pgscope.collect._samplecost import cost_line
 from pgscope.collect.base import (
     Availability,
     CollectorContext,
@@ -232,7 +233,7 @@ def check_rights(conn: ConnParams) -> Availability:
 class ActivityCollector(PollingCollector):
     name = "activity"
     summary = "wait-event samples of every session from pg_stat_activity, no extension"
-    cost = "~0.15 ms of CPU per sample, ~0.8% of one core at 50 Hz (docs/benchmarks.md)"
+    cost = cost_line()
     default_in_runs = True
     Options = ActivityOptions
     application_name = APPLICATION

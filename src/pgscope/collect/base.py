@@ -105,6 +105,9 @@ class Collector(ABC):
     # pgscope did not start (every cluster of that binary pays a probe's traps): never by
     # default on a user's server.
     intrusive: ClassVar[bool] = False
+    # Runs only on clusters pgscope starts (it writes to the server): never selected for a
+    # user's server, nor listed by `run --plan` there.
+    embedded_only: ClassVar[bool] = False
     Options: ClassVar[type[BaseModel]] = NoOptions
 
     def __init__(self, options: BaseModel) -> None:

@@ -197,6 +197,61 @@ EXPLAINED_PER_STEP = 3
 # Statements whose plan EXPLAIN shows without running them (a normalised text: $1, $2 ...).
 _EXPLAINABLE = re.compile(r"^\s*(select|with|update|delete|insert)\b", re.IGNORECASE)
 _PARAMETER = re.compile(r"\$(\d+)")
+# A typed literal (`interval '1 day'`, `date '2026-01-01'`) whose string pg_stat_statements
+# replaced with a parameter: `interval $2` is no SQL PREPARE accepts ("syntax error at or near
+# $2"), so the plan of a statement holding one was never stored. Written as the cast it is.
+_FIELDS = r"(?:year|month|day|hour|minute|second)"
+_TYPED_PARAMETER = re.compile(
+    r"(?<![\w.\"$])(?P<type>"
+    r"interval(?:\s*\(\s*\d+\s*\))?|date|timestamptz|timetz"
+    r"|(?:timestamp|time)(?:\s*\(\s*\d+\s*\))?(?:\s+with(?:out)?\s+time\s+zone)?"
+    r"|numeric|decimal|integer|int[248]?|bigint|smallint|real|float[48]|double\s+precision"
+    r"|boolean|bool|text|varchar|char|uuid|jsonb?|inet|cidr|macaddr8?|bytea|money|xml"
+    r"|tsquery|tsvector|oid|regclass|point)"
+    r"\s+\$(?P<n>\d+)"
+    rf"(?P<fields>\s+{_FIELDS}(?:\s+to\s+{_FIELDS})?(?:\s*\(\s*\d+\s*\))?)?(?![\w$])",
+    re.IGNORECASE,
+)
+
+
+def preparable(text: str) -> str:
+    """A normalised statement as PREPARE reads it: each typed literal whose constant became a
+    parameter (`interval $2`, `interval $1 day`, `date $3`) as the cast it stands for
+    (`CAST($2 AS interval)`). Quoted text and identifiers are left as they are."""
+    out, last = [], 0
+    for start, end, quoted in _quoted_spans(text):
+        if quoted:
+            continue
+        out.append(text[last:start])
+        out.append(_TYPED_PARAMETER.sub(_cast, text[start:end]))
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+_QUOTED = re.compile(
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$[A-Za-z_]*\$).*?\1|--[^\n]*|/\*.*?\*/", re.S
+)
+
+
+def _cast(match: re.Match[str]) -> str:
+    fields = f" {' '.join(match['fields'].split())}" if match["fields"] else ""
+    return f"CAST(${match['n']} AS {' '.join(match['type'].split())}{fields})"
+
+
+def _quoted_spans(text: str) -> list[tuple[int, int, bool]]:
+    """`text` cut into (start, end, quoted) spans: '...', "...", $tag$...$tag$ and comments
+    quoted, the rest not."""
+    spans, i, plain = [], 0, 0
+    while (match := _QUOTED.search(text, i)) is not None:
+        if match.group(0).startswith("$") and not match.group(1):
+            i = match.start() + 1
+            continue
+        spans.append((plain, match.start(), False))
+        spans.append((match.start(), match.end(), True))
+        i = plain = match.end()
+    spans.append((plain, len(text), False))
+    return spans
 
 
 class StatementsOptions(BaseModel):
@@ -476,7 +531,7 @@ def _generic_plan(session: psycopg.Connection[Any], text: str) -> tuple[str | No
     count = max((int(n) for n in _PARAMETER.findall(text)), default=0)
     arguments = f"({', '.join(['NULL'] * count)})" if count else ""
     try:
-        session.execute(f"PREPARE pgscope_plan AS {text}")
+        session.execute(f"PREPARE pgscope_plan AS {preparable(text)}")
         try:
             row = session.execute(
                 f"EXPLAIN (FORMAT JSON) EXECUTE pgscope_plan{arguments}"

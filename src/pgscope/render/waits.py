@@ -134,7 +134,7 @@ def print_waits(console: Console, analysis: WaitAnalysis, variants: list[str]) -
 
 def live_view(
     analysis: WaitAnalysis | None,
-    elapsed: float,
+    elapsed: float | None,
     duration: float,
     window_s: float,
     command: str = "sample",
@@ -142,11 +142,10 @@ def live_view(
 ) -> RenderableType:
     """The top-like view of `pgscope sample --live` and `observe --live`, over the last
     `window_s` seconds; `leading`: the finding the rules rank first over them (a string
-    when there is none), shown under the header when given."""
-    header = Text(
-        f"pgscope {command}  {elapsed:4.0f}/{duration:.0f} s   last {window_s:.0f} s",
-        style="bold",
-    )
+    when there is none), shown under the header when given. `elapsed` None: the collectors
+    are still starting (the sampler may be sampling already)."""
+    clock = "starting" if elapsed is None else f"{elapsed:4.0f}/{duration:.0f} s"
+    header = Text(f"pgscope {command}  {clock}   last {window_s:.0f} s", style="bold")
     if analysis is None or not analysis.overall.samples:
         return Group(header, Text("waiting for samples…"))
     profile = analysis.overall
