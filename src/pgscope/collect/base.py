@@ -76,6 +76,9 @@ class CollectorContext:
     data_dir: Path | None
     server_version_num: int
     say: Callable[[str], None]  # a progress line for the user
+    # The postmasters of the target's standbys and extra instances (a run's topology): its
+    # processes too, where a collector counts the server's (host CPU).
+    other_postmasters: Callable[[], list[int]] = list
 
     @property
     def artifacts(self) -> Path:
