@@ -22,7 +22,16 @@ from typing import Any
 
 import duckdb
 
-from pgscope.analyze.waits import ACTIVE, IN_WINDOWS, WAIT_EVENT, WAIT_TYPE, Profile, profile
+from pgscope.analyze.waits import (
+    ACTIVE,
+    IN_WINDOWS,
+    WAIT_EVENT,
+    WAIT_TYPE,
+    Profile,
+    checkpoint_spans,
+    covered,
+    profile,
+)
 from pgscope.duck import table_exists
 
 VARIANT = "observed"
@@ -86,6 +95,9 @@ class Window:
     top_query_share: float | None = None
     checkpoints: float | None = None  # checkpoints begun (pg_stat_bgwriter)
     outlier: str | None = None  # why it stands out, or None
+    # The share of the window a checkpoint was in progress (the checkpointer's samples, or
+    # the server log): what the server was doing beside the workload.
+    checkpointing: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,7 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
     activity = _activity(db)
     aas, waits, queries = activity.aas, activity.waits, activity.queries
     checkpoints = _checkpoints(db)
+    spans = checkpoint_spans(db)
     windows = []
     for sid, lo, hi, seconds, status, tps, commits, rollbacks, conc, sessions, _ in rows:
         by_class = aas.get(sid, {})
@@ -147,6 +160,9 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
                 query[0] if query else None,
                 query[1] if query else None,
                 checkpoints.get(sid),
+                None,
+                covered(spans, lo, hi) if lo is not None and hi is not None and activity.aas
+                else None,
             )
         )  # fmt: skip
     windows = _mark_outliers(windows)
@@ -366,6 +382,8 @@ def _why(w: Window, median: float, typical_wait: str | None, concurrency: float)
              f"{median:,.0f} commits/s"]  # fmt: skip
     if w.checkpoints:
         parts.append("a checkpoint began in it")
+    elif w.checkpointing:
+        parts.append(f"a checkpoint was in progress ({w.checkpointing:.0%} of it)")
     if w.top_wait and w.top_wait != typical_wait:
         share = f" ({100 * w.top_wait_share:.0f}% of active time)" if w.top_wait_share else ""
         parts.append(f"its top wait was {w.top_wait}{share}, elsewhere {typical_wait}")

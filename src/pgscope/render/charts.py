@@ -264,12 +264,25 @@ def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any]
     observation's windows, slices of one workload, and its lines run on across them."""
     if series is None or not series.tps:
         return None
-    rows = 3 if series.aas else 2
+    # A panel per series that has points: an observation measures no latency (no p95 panel
+    # left empty), and its throughput is the server's commits, not a load generator's tps.
+    lines = [
+        (
+            series.tps,
+            PALETTE[0],
+            "commits/s" if observed else "tps",
+            "commits/s (pg_stat_database)" if observed else "tps (transactions/s)",
+        )
+    ]
+    if series.p95_ms:
+        lines.append((series.p95_ms, PALETTE[1], "p95 ms", "p95 latency (ms)"))
+    titles = [title for *_, title in lines]
+    if series.aas:
+        titles.append("active sessions (AAS)")
+    rows = len(titles)
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06)
     gaps = [] if observed else _step_gaps(series.steps)
-    for row, (points, colour, name) in enumerate(
-        ((series.tps, PALETTE[0], "tps"), (series.p95_ms, PALETTE[1], "p95 ms")), start=1
-    ):
+    for row, (points, colour, name, _) in enumerate(lines, start=1):
         xs, ys = _broken_line(points, gaps)
         fig.add_trace(
             go.Scatter(x=xs, y=ys, mode="lines", line={"color": colour, "width": 1}, name=name),
@@ -288,11 +301,12 @@ def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any]
                 name=f"AAS {cls}",
                 line={"width": 0.5, "color": WAIT_COLOURS.get(cls)},
             ),
-            row=3,
+            row=rows,
             col=1,
         )
     _step_bands(fig, series)
     _own_checkpoints(fig, series)
+    _checkpoints_in_progress(fig, series)
     for t, kind, label in series.markers:
         if kind in ("checkpoint-start", "action", "outlier"):
             colour = "#dc2626" if kind == "outlier" else "#111827"
@@ -311,11 +325,46 @@ def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any]
                 xanchor="right",
                 yanchor="top",
             )
-    titles = ("tps (transactions/s)", "p95 latency (ms)", "active sessions (AAS)")
-    for row, title in enumerate(titles[:rows], start=1):
+    for row, title in enumerate(titles, start=1):
         fig.update_yaxes(title=title, rangemode="tozero", row=row, col=1)
-    fig.update_xaxes(title="time since the run started (s)", row=rows, col=1)
+    started = "the observation" if observed else "the run"
+    fig.update_xaxes(title=f"time since {started} started (s)", row=rows, col=1)
     return _figure(fig, "Timeline", height=260 * rows)
+
+
+CHECKPOINT_COLOUR = "#f59e0b"
+
+
+def _checkpoints_in_progress(fig: go.Figure, series: Series) -> None:
+    """Each checkpoint in progress as a shaded stretch of the throughput panel, one legend
+    entry for all: what the server was doing beside the workload, as long as it lasted (a
+    spread checkpoint takes minutes; a line at its start would say nothing of that)."""
+    spans = [(a, b, label) for a, b, kind, label in series.spans if kind == "checkpoint"]
+    if not spans:
+        return
+    top = max((v for _, v in series.tps), default=1.0) or 1.0
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    texts: list[str] = []
+    for start, end, label in spans:
+        xs += [start, start, end, end, start, None]
+        ys += [0.0, top, top, 0.0, 0.0, None]
+        texts += [html.escape(label)] * 6
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            text=texts,
+            mode="lines",
+            fill="toself",
+            fillcolor="rgba(245, 158, 11, 0.15)",
+            line={"color": CHECKPOINT_COLOUR, "width": 0.5},
+            name="checkpoint in progress",
+            hovertemplate="%{text}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
 
 
 def _step_bands(fig: go.Figure, series: Series) -> None:

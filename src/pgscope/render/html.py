@@ -22,6 +22,7 @@ from pgscope.render.account import heading, tree_lines
 from pgscope.render.console import step_problem
 from pgscope.render.flame import flame_page
 from pgscope.render.variants import evidence_table
+from pgscope.render.waits import background_lines
 from pgscope.words import human_bytes, n_clients
 
 
@@ -146,6 +147,7 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
                 if f"account-{i}" in figures
             ],
             waits=waits,
+            background=background_lines(waits) if waits else [],
             sampler_line=(
                 f"{waits.overall.samples:,} samples at {rate.achieved_hz:.1f} Hz "
                 f"(aimed at {rate.target_hz:g}); reading the status array took "

@@ -96,6 +96,23 @@ def queries_table(queries: list[QueryProfile], limit: int = 5) -> Table:
     return table
 
 
+def background_lines(analysis: WaitAnalysis) -> list[str]:
+    """What the server's own processes did beside the workload, in a line each (none when
+    they did nothing the samples caught): never part of the workload's active time."""
+    lines = []
+    for b in analysis.background[:6]:
+        waits = ", ".join(f"{w} {share:.0%}" for w, share in b.waits)
+        lines.append(f"{b.backend_type}: {b.busy:.2f} at work on average ({waits})")
+    spans = analysis.checkpoints
+    if spans:
+        seconds = sum((c.end_us - c.start_us) / 1e6 for c in spans)
+        lines.append(
+            f"checkpoints in progress: {len(spans)}, {seconds:,.1f} s in all "
+            f"(the longest {max((c.end_us - c.start_us) / 1e6 for c in spans):,.1f} s)"
+        )
+    return lines
+
+
 def print_waits(console: Console, analysis: WaitAnalysis, variants: list[str]) -> None:
     """The wait sections of a run's (or a sample's) console summary."""
     for variant in variants:
@@ -123,6 +140,13 @@ def print_waits(console: Console, analysis: WaitAnalysis, variants: list[str]) -
         + (f"; client sessions: {states}" if states else ""),
         highlight=False,
     )
+    beside = background_lines(analysis)
+    if beside:
+        console.print(
+            "the server's own processes, beside the workload (not its active time): "
+            + "; ".join(beside),
+            highlight=False,
+        )
     comparison = analysis.versus_pgws
     if comparison is not None:
         console.print(
