@@ -25,12 +25,14 @@ import duckdb
 from pgscope.analyze.waits import (
     ACTIVE,
     IN_WINDOWS,
+    UNNAMED,
     WAIT_EVENT,
     WAIT_TYPE,
     Profile,
     checkpoint_spans,
     covered,
     profile,
+    unnamed_statement,
 )
 from pgscope.duck import table_exists
 
@@ -270,15 +272,17 @@ def _activity(db: duckdb.DuckDBPyConnection) -> _Activity:
         ).fetchall()
     )
     groups = db.execute(
-        f"SELECT step_id, {WAIT_TYPE}, {WAIT_TYPE} || ':' || {WAIT_EVENT}, query_id, count(*) "
-        f"FROM {IN_WINDOWS} WHERE variant = '{VARIANT}' AND {ACTIVE} GROUP BY ALL "
-        f"ORDER BY ALL"
+        f"SELECT step_id, {WAIT_TYPE}, {WAIT_TYPE} || ':' || {WAIT_EVENT}, query_id, "
+        f"{UNNAMED}, count(*) FROM {IN_WINDOWS} WHERE variant = '{VARIANT}' AND {ACTIVE} "
+        f"GROUP BY ALL ORDER BY ALL"
     ).fetchall()
     by_class: dict[int, dict[str, int]] = {}
     by_wait: dict[int, dict[str, int]] = {}
-    by_query: dict[int, dict[int | None, int]] = {}
-    for sid, cls, wait, query_id, k in groups:
-        for table, key in ((by_class, cls), (by_wait, wait), (by_query, query_id)):
+    # A query id, or what time without one was (waits.UNNAMED: COMMIT, its text).
+    by_query: dict[int, dict[int | str | None, int]] = {}
+    for sid, cls, wait, query_id, unnamed, k in groups:
+        statement = query_id if query_id is not None else unnamed
+        for table, key in ((by_class, cls), (by_wait, wait), (by_query, statement)):
             counts = table.setdefault(int(sid), {})
             counts[key] = counts.get(key, 0) + int(k)
     aas = {
@@ -288,7 +292,7 @@ def _activity(db: duckdb.DuckDBPyConnection) -> _Activity:
     }
     waits = {sid: _leader(counts) for sid, counts in by_wait.items()}
     leaders = {sid: _leader(counts) for sid, counts in by_query.items()}
-    ids = [q for q, _ in leaders.values() if q is not None]
+    ids = [q for q, _ in leaders.values() if isinstance(q, int)]
     texts: dict[int, str] = {}
     if ids and table_exists(db, "activity_queries"):
         texts = dict(
@@ -299,7 +303,12 @@ def _activity(db: duckdb.DuckDBPyConnection) -> _Activity:
             ).fetchall()
         )
     queries = {
-        sid: (texts.get(q) or f"(query id {q})", share)
+        sid: (
+            texts.get(q) or f"(query id {q})"
+            if isinstance(q, int)
+            else unnamed_statement(None, str(q)),
+            share,
+        )
         for sid, (q, share) in leaders.items()
         if q is not None
     }

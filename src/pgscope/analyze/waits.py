@@ -448,13 +448,66 @@ def covered(spans: list[CheckpointSpan], start_us: int, end_us: int) -> float:
     return min(1.0, inside / (end_us - start_us))
 
 
+# -------------------------------------------------------------------------------------------
+# Time without a query id, named for what it is: one place for the top queries and the
+# account (analyze/account.py) alike.
+
+# Waits a commit makes (its WAL written and flushed, a synchronous standby's answer): a session
+# sampled in one of them without a query id is committing (COMMIT, END, or the commit at the
+# end of a statement sent with the extended protocol, which PostgreSQL 15-17 runs with no id).
+COMMIT_WAITS = {
+    "IO:WALSync": "flushing its WAL",
+    "IO:WALWrite": "writing its WAL",
+    "LWLock:WALWrite": "waiting for the WAL write lock",
+    "LWLock:WALInsert": "inserting its WAL",
+    "IPC:SyncRep": "waiting for the synchronous standby",
+    "IO:WALInitSync": "flushing a new WAL segment",
+    "IO:WALInitWrite": "writing a new WAL segment",
+}
+COMMIT = "COMMIT"
+NO_QUERY_ID = "(no query id: a utility statement, or a commit's own work)"
+# A sample without a query id, grouped as what it was (NULL: nothing tells): COMMIT for a
+# commit's text (COMMIT, END) or a commit's wait; else its statement's text where the SQL
+# sampler read it, spaces folded and constants made `?` (the same statement with other values
+# is one).
+_FOLDED = "trim(regexp_replace(command, '\\s+', ' ', 'g'))"
+# Quoted strings, then numbers that are no parameter's ($1) or identifier's (t2) part.
+_STRINGS = "'(?:[^']|'')*'".replace("'", "''")
+_NUMBERS = r"(^|[^$\w.])[0-9]+(?:\.[0-9]+)?\b"
+_CONSTANTS = (
+    f"regexp_replace(regexp_replace({_FOLDED}, '{_STRINGS}', '?', 'g'), '{_NUMBERS}', '\\1?', 'g')"
+)
+UNNAMED = (
+    "CASE WHEN query_id IS NOT NULL THEN NULL "
+    f"WHEN upper(rtrim(split_part({_FOLDED}, ' ', 1), ';')) IN ('COMMIT', 'END') "
+    f"THEN '{COMMIT}' "
+    f"WHEN {_FOLDED} <> '' THEN {_CONSTANTS} "
+    f"WHEN {WAIT_TYPE} || ':' || {WAIT_EVENT} IN {tuple(COMMIT_WAITS)} THEN '{COMMIT}' END"
+)
+
+
+def unnamed_statement(event: str | None = None, text: str | None = None) -> str:
+    """What time sampled without a query id was, in words: a commit (from its text, or from
+    the wait it was in: "COMMIT (flushing its WAL)"), the statement's own text where the
+    sampler read it, else that nothing tells."""
+    if text == COMMIT or (text is None and event in COMMIT_WAITS):
+        doing = COMMIT_WAITS.get(event or "")
+        return f"{COMMIT} ({doing})" if doing else COMMIT
+    if text:
+        return text
+    return NO_QUERY_ID
+
+
 @dataclass(frozen=True)
 class QueryProfile:
     query_id: QueryId | None
-    query: str | None
+    query: str | None  # its text; without a query id, what it was (`unnamed_statement`)
     share: float  # of all active rows in the window
     top_wait: str
     top_wait_share: float  # within this query's active rows
+    # Without a query id: what named it ("commit": its text or its waits; "text": the
+    # statement's text as the sampler read it); None: a query id, or nothing tells.
+    named_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -463,6 +516,7 @@ class QueryProfile:
             "share": self.share,
             "top_wait": self.top_wait,
             "top_wait_share": self.top_wait_share,
+            "named_by": self.named_by,
         }
 
 
@@ -480,22 +534,30 @@ def top_queries(
         # ran between steps.
         source = IN_WINDOWS
     rows = db.execute(
-        f"WITH act AS (SELECT query_id, {WAIT_TYPE} || ':' || {WAIT_EVENT} AS w "
-        f"FROM {source} WHERE {where} AND {ACTIVE}), "
-        f"per_q AS (SELECT query_id, count(*) AS n FROM act GROUP BY query_id), "
-        f"per_qw AS (SELECT query_id, w, count(*) AS n, row_number() OVER "
-        f"(PARTITION BY query_id ORDER BY count(*) DESC, w) AS r FROM act GROUP BY query_id, w) "
-        f"SELECT per_q.query_id, q.query, per_q.n / sum(per_q.n) OVER (), per_qw.w, "
-        f"per_qw.n / per_q.n FROM per_q JOIN per_qw ON per_qw.query_id IS NOT DISTINCT FROM "
-        f"per_q.query_id AND per_qw.r = 1 "
+        f"WITH act AS (SELECT query_id, {UNNAMED} AS unnamed, "
+        f"{WAIT_TYPE} || ':' || {WAIT_EVENT} AS w FROM {source} WHERE {where} AND {ACTIVE}), "
+        f"per_q AS (SELECT query_id, unnamed, count(*) AS n FROM act "
+        f"GROUP BY query_id, unnamed), "
+        f"per_qw AS (SELECT query_id, unnamed, w, count(*) AS n, row_number() OVER "
+        f"(PARTITION BY query_id, unnamed ORDER BY count(*) DESC, w) AS r FROM act "
+        f"GROUP BY query_id, unnamed, w) "
+        f"SELECT per_q.query_id, per_q.unnamed, q.query, per_q.n / sum(per_q.n) OVER (), "
+        f"per_qw.w, per_qw.n / per_q.n FROM per_q JOIN per_qw ON per_qw.query_id IS NOT "
+        f"DISTINCT FROM per_q.query_id AND per_qw.unnamed IS NOT DISTINCT FROM per_q.unnamed "
+        f"AND per_qw.r = 1 "
         f"LEFT JOIN activity_queries q ON q.query_id = per_q.query_id "
-        f"ORDER BY 3 DESC, 1 NULLS LAST, 2 NULLS LAST LIMIT ?",
+        f"ORDER BY 4 DESC, 1 NULLS LAST, 2 NULLS LAST, 3 NULLS LAST LIMIT ?",
         [*params, limit],
     ).fetchall()
-    return [
-        QueryProfile(qid, text, float(share), str(w).replace("CPU:CPU", "CPU"), float(ws))
-        for qid, text, share, w, ws in rows
-    ]
+    out = []
+    for qid, unnamed, text, share, w, ws in rows:
+        wait = str(w).replace("CPU:CPU", "CPU")
+        named_by = None
+        if qid is None:
+            text = unnamed_statement(wait, unnamed)
+            named_by = "commit" if unnamed == COMMIT else "text" if unnamed else None
+        out.append(QueryProfile(qid, text, float(share), wait, float(ws), named_by))
+    return out
 
 
 def _has_windows(db: duckdb.DuckDBPyConnection) -> bool:

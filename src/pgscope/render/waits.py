@@ -84,10 +84,9 @@ def queries_table(queries: list[QueryProfile], limit: int = 5) -> Table:
     table.add_column("top wait (share of the query's time)")
     table.add_column("query")
     for q in queries[:limit]:
-        # No id: pg_stat_activity showed none for the session when sampled (not executing a
-        # statement's plan, or no id computed); no text: the id is not in pg_stat_statements.
-        fallback = f"query_id {q.query_id}" if q.query_id is not None else "(no query id)"
-        text = " ".join((q.query or fallback).split())
+        # No id: the analysis named what it was (a COMMIT, the statement's text as sampled,
+        # or that nothing tells); no text: the id is not in pg_stat_statements.
+        text = " ".join((q.query or f"query_id {q.query_id}").split())
         table.add_row(
             _pct(q.share),
             f"{q.top_wait} {q.top_wait_share:.0%}",

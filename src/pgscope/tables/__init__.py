@@ -22,9 +22,10 @@ import duckdb
 # timeline.instance and step_instances; 4 the steps' transaction outcomes and workload_error;
 # 5 the steps' reconnects and connection_ms; 6 every time column of pg_stat_statements (and
 # whether a statement ran at top level), functions, indexes, partition roots, sampled actual
-# plans, and the lock and its holder behind each blocked session. Collectors' tables are
-# created when a collector starts: a run without one has none, whatever the version.
-STORE_VERSION = 6
+# plans, and the lock and its holder behind each blocked session; 7 the text of what a
+# session ran without a query id (activity_samples.command). Collectors' tables are created
+# when a collector starts: a run without one has none, whatever the version.
+STORE_VERSION = 7
 TYPES = frozenset({"BIGINT", "INTEGER", "SMALLINT", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 
