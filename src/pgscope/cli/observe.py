@@ -235,7 +235,7 @@ def _selection(
     selection: dict[str, dict[str, Any]] = {
         "activity": {"hz": hz},
         "pgstats": {},
-        "statements": {"wait_for_load": False},
+        "statements": {"wait_for_load": False, "follow_load": True},
         "pglocks": {},
     }
     if target.local is not None:
