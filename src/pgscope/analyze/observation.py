@@ -63,6 +63,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     ("relation locks held", ("pglocks",), "GRANT pg_monitor (pg_locks with pg_stat_activity)"),
     (
+        "errors the server logged",
+        ("serverlog",),
+        "the server on this host (--data-dir), its log a file pgscope may read (as root or the "
+        "server's owner): the logging collector's, or where its standard error goes",
+    ),
+    (
         "host CPU",
         ("host",),
         "the server on this host: run pgscope there (as root or the server's owner to find "

@@ -240,6 +240,7 @@ def _selection(
     }
     if target.local is not None:
         selection["host"] = {}
+        selection["serverlog"] = {}
     if trace:
         selection["usdt"] = {}
     if profile:

@@ -173,4 +173,14 @@ TABLES = (
         "write_seconds DOUBLE",
         "flush_seconds DOUBLE",
     ),
+    table(
+        "server_errors",
+        "serverlog",
+        "second_us BIGINT NOT NULL",
+        # serialization, deadlock, lock_timeout, statement_timeout, other
+        "kind VARCHAR NOT NULL",
+        "errors INTEGER NOT NULL",
+        "example VARCHAR",  # the first such message that second, its first 300 characters
+        since=7,
+    ),
 )
