@@ -43,6 +43,16 @@ WAIT_COLOURS = {
 }
 CLIENTS_TITLE = "clients (pgbench connections)"
 TPS_TITLE = "throughput (transactions/s)"
+# An observation's words: its windows' concurrency and the server's commits, no load generator.
+SESSIONS_TITLE = "client sessions (concurrency, each window's)"
+COMMITS_TITLE = "throughput (commits/s)"
+
+
+def _titles(result: RunAnalysis) -> tuple[str, str, str]:
+    """(the clients axis's title, the throughput axis's, what one measurement is)."""
+    if result.observation is not None:
+        return SESSIONS_TITLE, COMMITS_TITLE, "each window"
+    return CLIENTS_TITLE, TPS_TITLE, "each repeat"
 LAYOUT = {
     "template": "plotly_white",
     "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
@@ -85,6 +95,7 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
     variants = result.scalability.variants()
     if len({c.clients for c in result.scalability.cells}) < 2:
         return None
+    clients_title, tps_title, each = _titles(result)
     fig = go.Figure()
     for i, variant in enumerate(variants):
         colour = _colour(i)
@@ -95,7 +106,7 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 y=[s.tps for s in steps],
                 mode="markers",
                 marker={"color": colour, "opacity": 0.35, "size": 7},
-                name=f"{variant}: each repeat",
+                name=f"{variant}: {each}",
                 legendgroup=variant,
             )
         )
@@ -148,9 +159,10 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 line={"color": colour, "dash": "dot", "width": 1},
                 annotation_text=f"N*≈{fit.n_star:.1f}",
             )
-    fig.update_xaxes(**_clients_axis(result.scalability.cells))
-    fig.update_yaxes(title=TPS_TITLE, rangemode="tozero")
-    return _figure(fig, "Throughput vs clients")
+    fig.update_xaxes(**_clients_axis(result.scalability.cells, clients_title))
+    fig.update_yaxes(title=tps_title, rangemode="tozero")
+    observed = result.observation is not None
+    return _figure(fig, "Throughput vs concurrency" if observed else "Throughput vs clients")
 
 
 def latency(result: RunAnalysis) -> dict[str, Any] | None:
@@ -222,9 +234,10 @@ def waits_vs_clients(result: RunAnalysis, variant: str) -> dict[str, Any] | None
             )
         )
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(**_clients_categories(profiles))
+    fig.update_xaxes(**_clients_categories(profiles, _titles(result)[0]))
     fig.update_yaxes(title="share of active time (%)", range=[0, 100])
-    return _figure(fig, f"Where active time goes, by client count ({variant})")
+    by = "concurrency" if result.observation is not None else "client count"
+    return _figure(fig, f"Where active time goes, by {by} ({variant})")
 
 
 MANY_STEPS = 24  # beyond, the timeline's step bands go unlabelled, drawn in one pass
@@ -475,6 +488,26 @@ def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
             who = f"requested: {ckpt.flags_text}"[:32]
         else:  # the server's own reasons: time, wal, shutdown ...
             who = f"server: {ckpt.flags_text}"[:32]
+        if ckpt.total_ns:
+            # The whole checkpoint beneath its phases: a spread checkpoint is minutes long
+            # and its traced phases milliseconds (issue 30: 272 s drawn as 31 ms of phases).
+            phases_ms = ckpt.phases_ns / 1e6
+            fig.add_trace(
+                go.Bar(
+                    y=[f"#{i + 1} {who}"],
+                    x=[ckpt.total_ns / 1e6],
+                    base=[0],
+                    orientation="h",
+                    name="whole checkpoint",
+                    legendgroup="whole checkpoint",
+                    showlegend=i == 0,
+                    marker={"color": "rgba(156, 163, 175, 0.35)"},
+                    hovertemplate=(
+                        f"whole checkpoint: {ckpt.total_ns / 1e9:,.1f} s; its traced phases "
+                        f"{phases_ms:,.1f} ms<extra></extra>"
+                    ),
+                )
+            )
         for phase in ckpt.phases:
             fig.add_trace(
                 go.Bar(
@@ -520,25 +553,25 @@ def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
     return _figure(fig, "Checkpoint phases (kernel-side tracing)")
 
 
-def _clients_categories(cells: list[Any]) -> dict[str, Any]:
+def _clients_categories(cells: list[Any], title: str = CLIENTS_TITLE) -> dict[str, Any]:
     """Client counts as categories, in numeric order: the axis shows the counts measured and
     nothing between them (plotly's own numeric ticks put 1.2, 1.4 … between two counts)."""
     measured = sorted({c.clients for c in cells})
     return {
-        "title": CLIENTS_TITLE,
+        "title": title,
         "type": "category",
         "categoryorder": "array",
         "categoryarray": [str(n) for n in measured],
     }
 
 
-def _clients_axis(cells: list[Any]) -> dict[str, Any]:
+def _clients_axis(cells: list[Any], title: str = CLIENTS_TITLE) -> dict[str, Any]:
     """The throughput chart's clients axis: numeric, because the USL curve and its band are
     a function of clients between the counts measured (as categories, 1, 2, 4, 8 would sit
     at equal distances and bend the curve), but ticked at the measured counts only."""
     measured = sorted({c.clients for c in cells})
     return {
-        "title": CLIENTS_TITLE,
+        "title": title,
         "type": "linear",
         "tickmode": "array",
         "tickvals": measured,

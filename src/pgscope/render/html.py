@@ -139,7 +139,8 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
             plotly_js=get_plotlyjs(),
             fits=list(analysis.scalability.fits.items()),
             cells=analysis.scalability.cells,
-            step_rows=_step_rows(analysis),
+            # An observation's windows are no pgbench steps: their figures are in Windows.
+            step_rows=_step_rows(analysis) if analysis.observation is None else [],
             wait_charts=list(wait_charts),
             accounts=[
                 (f"account-{i}", heading(a), tree_lines(a), a.closed)

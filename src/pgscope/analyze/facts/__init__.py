@@ -53,7 +53,14 @@ class CellFacts:
         ]
 
     @property
+    def observed(self) -> bool:
+        """An observation's cell: windows of the server's own workload, no pgbench."""
+        return self.analysis.observation is not None
+
+    @property
     def where(self) -> str:
+        if self.observed:
+            return f"at {self.clients} session{'' if self.clients == 1 else 's'}"
         return f"at {n_clients(self.clients)}"
 
 
