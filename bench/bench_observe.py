@@ -66,7 +66,7 @@ def build(run_dir: Path, seconds: int, sessions: int, hz: int) -> float:
         INSERT INTO activity_samples
         SELECT {T0} + (s * 1000000 // {hz})::BIGINT, s + 1, 1000 + p, 'client backend',
                CASE WHEN r < 97 THEN 'active' ELSE 'idle' END,
-               {types}[k + 1], {events}[k + 1], 7000 + (p % 5), 'app', 'app', 'app'
+               {types}[k + 1], {events}[k + 1], 7000 + (p % 5), 'app', 'app', 'app', NULL
         FROM (
             SELECT s, p, (hash(s * 1000 + p) % 100)::INTEGER AS r,
                    CASE {cases} ELSE 0 END AS k

@@ -108,6 +108,15 @@ done
 link_duckdb_cli() {
   mkdir -p "$1/bin"
   ln -sfn ../site/duckdb_cli/duckdb "$1/bin/duckdb"
+  tidy_duckdb_cli "$1"
+}
+
+# pip's --target install also writes the wheel's Python launcher, site/bin/duckdb, which cannot
+# run from there (ModuleNotFoundError: its module is not on that Python's path): removed, so
+# that the only duckdb in the folder is the binary; also from a folder installed before.
+tidy_duckdb_cli() {
+  rm -rf "$1/site/bin"
 }
 
 install_pinned scripts/duckdb-cli.txt .tools/duckdb-cli "the DuckDB CLI" link_duckdb_cli
+tidy_duckdb_cli .tools/duckdb-cli

@@ -34,6 +34,28 @@ def measured_run(
     return run_dir
 
 
+def repeated_run(
+    run_dir: Path, cells: list[tuple[int, int, float]], conninfo: str = "host=db1"
+) -> Path:
+    """One ok step per (clients, repeat, tps), one second apart, in the order given, on the
+    server of `conninfo` (as the store keeps it)."""
+    store = RunStore.create(
+        run_dir,
+        RunMeta(run_dir.name, "scaling", "recipe scaling", "", "{}", "pgscope run", "0",
+                "server", conninfo, HOST),
+    )  # fmt: skip
+    start = 1_700_000_000_000_000
+    for step_id, (clients, repeat, tps) in enumerate(cells, start=1):
+        store.begin_step(step_id, "base", clients, repeat, 1, 2.0, 0.0, False)
+        window = (start + step_id * 10_000_000, start + step_id * 10_000_000 + 5_000_000)
+        results = {"window_start_us": window[0], "window_end_us": window[1], "tps": tps}
+        results |= {"xacts": int(tps * 5), "p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0}
+        store.finish_step(step_id, "ok", None, results)
+    store.finish_run("complete", None)
+    store.close()
+    return run_dir
+
+
 def sampled_session(run_dir: Path, lock_share: float) -> Path:
     """A `pgscope sample` session as the activity collector leaves it (its own tables), no
     steps: 300 samples of 8 active sessions, `lock_share` of them waiting on a row lock's

@@ -91,7 +91,7 @@ def test_timeline_lines_stop_between_steps_and_pgscopes_checkpoints_are_its_own(
     # and break only where seconds are missing.
     observed = charts.timeline(series, observed=True)
     assert observed is not None
-    tps = next(t for t in observed["data"] if t["name"] == "tps")
+    tps = next(t for t in observed["data"] if t["name"] == "commits/s")
     assert [tps["x"][i - 1] for i, y in enumerate(tps["y"]) if y is None] == [8.0]
 
 

@@ -136,3 +136,57 @@ def test_the_versions_the_docs_give_are_the_codes() -> None:
     said = re.search(r"Schema version (\d+) is the JSON form", json_md)
     assert said and int(said[1]) == DOCUMENT_VERSION
     assert f"| `schema_version` | `{DOCUMENT_VERSION}` |" in json_md
+
+
+def test_start_here_names_both_ways_to_a_diagnosis() -> None:
+    """`pgscope --help` opens with the commands a new user starts from: a sweep of pgscope's
+    own load (`run`) and a user's server's own workload (`observe`, which issue 30 found
+    missing), each a command that exists."""
+    from pgscope.cli.app import HELP
+
+    start = HELP.split("Start here:", 1)[1]
+    named = re.findall(r"^\s+pgscope ([a-z]+)", start, re.M)
+    assert {"run", "observe", "sample", "doctor"} <= set(named), named
+    assert all((name,) in COMMANDS for name in named), named
+
+
+def test_the_quick_sweep_takes_the_same_time_wherever_it_is_said() -> None:
+    """Issue 30: "3-minute" (--help), "2 min 30 s" (README), "under 4 minutes" (the recipe),
+    3 min 10 s measured. Each place now says "about N minutes", N the plan's own estimate of
+    `run scaling --quick` rounded up (set-up comes on top)."""
+    import json
+    import math
+
+    from pgscope.cli.app import HELP
+
+    result = CliRunner().invoke(app, ["run", "scaling", "--quick", "--plan", "--json"])
+    assert result.exit_code == 0, result.output
+    minutes = math.ceil(json.loads(result.stdout)["estimated_seconds"] / 60)
+    said = {
+        "--help": HELP,
+        "README.md": (ROOT / "README.md").read_text(),
+        "scaling.toml": (ROOT / "src/pgscope/recipes/scaling.toml").read_text(),
+    }
+    for where, text in said.items():
+        quick = [line for line in text.splitlines() if "quick" in line]
+        figures = re.findall(r"about (\d+) minutes", " ".join(quick))
+        assert figures == [str(minutes)], (where, quick)
+
+
+def test_the_wait_samplers_cost_is_one_figure_everywhere() -> None:
+    """Issue 30: doctor said 0.15 ms per sample, observe.md 0.115 (sql) and 0.040 (memory).
+    The figures docs/observe.md measured are the ones doctor (the collector's cost) and
+    `observe --help` state."""
+    from pgscope.collect.sampling.activity import ActivityCollector
+
+    text = " ".join((ROOT / "docs" / "observe.md").read_text().split())
+    memory = re.search(r"\*\*(\d\.\d+) ms of CPU per sample", text)
+    sql = re.search(r"Same run: (\d\.\d+) ms per sample", text)
+    assert memory and sql, "docs/observe.md no longer states both sources' cost"
+    observe_help = " ".join(
+        CliRunner().invoke(app, ["observe", "--help"], terminal_width=200).stdout.split()
+    )
+    for figure in (memory[1], sql[1]):
+        assert f"{figure} ms" in ActivityCollector.cost, ActivityCollector.cost
+        assert f"{figure} ms" in observe_help, observe_help
+    assert re.findall(r"\d\.\d+ ms", ActivityCollector.cost) == [f"{sql[1]} ms", f"{memory[1]} ms"]

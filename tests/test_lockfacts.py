@@ -27,7 +27,10 @@ def _analysis(caught_at_8: int) -> RunAnalysis:
         ],
     )
     cpu = SimpleNamespace(profiles=[])
-    return cast(RunAnalysis, cast(Any, SimpleNamespace(steps=steps, held_locks=held, cpu=cpu)))
+    return cast(
+        RunAnalysis,
+        cast(Any, SimpleNamespace(steps=steps, held_locks=held, cpu=cpu, observation=None)),
+    )
 
 
 def _held_lock_facts(analysis: RunAnalysis) -> FactSheet:

@@ -51,7 +51,7 @@ def observation_store(
                'active',
                CASE WHEN pile THEN 'Lock' WHEN r < 3 THEN NULL ELSE 'Client' END,
                CASE WHEN pile THEN 'advisory' WHEN r < 3 THEN NULL ELSE 'ClientRead' END,
-               7000, 'app', 'app', 'app'
+               7000, 'app', 'app', 'app', NULL
         FROM (SELECT s, p, (hash(s * 10 + p) % 5)::INTEGER AS r,
                      {planted} AND s >= {pile_from} AND s < {pile_to} AND p > 0 AS pile
               FROM range({WINDOWS * WINDOW_S * HZ}) t(s), range({SESSIONS}) u(p))

@@ -4,6 +4,7 @@ collector keeps EXPLAIN (FORMAT JSON) of the busiest statements on embedded clus
 from __future__ import annotations
 
 from pgscope.analyze.statements import SeqFilter, seq_filters
+from pgscope.target.embedded import EmbeddedCluster
 
 # As PostgreSQL 15 prints them (keys it adds and the fields we do not read trimmed).
 LOOKUP = [
@@ -60,3 +61,47 @@ def test_scans_that_filter_nothing_or_use_an_index_are_not_named() -> None:
     assert seq_filters(BY_INDEX) == []
     assert seq_filters([{"Plan": {"Node Type": "Seq Scan", "Relation Name": "t"}}]) == []
     assert seq_filters(None) == [] and seq_filters([{"no plan": 1}]) == []
+
+
+# Issue 30: a statement whose normalised text holds `interval $2` never had its plan stored
+# ("syntax error at or near $2"): pg_stat_statements turns a typed literal's constant into a
+# parameter, which PREPARE does not take after a type name.
+TYPED = [
+    (
+        "SELECT * FROM t WHERE ts > now() - interval $2 AND a = $1",
+        "SELECT * FROM t WHERE ts > now() - CAST($2 AS interval) AND a = $1",
+    ),
+    (
+        "SELECT interval $1 day, date $2, timestamp with time zone $3, x::interval",
+        "SELECT CAST($1 AS interval day), CAST($2 AS date), "
+        "CAST($3 AS timestamp with time zone), x::interval",
+    ),
+    # Quoted text, identifiers and dollar quotes are not SQL to rewrite.
+    (
+        "SELECT 'interval $1', \"interval $1\", $q$ date $1 $q$ FROM t WHERE c = $1",
+        "SELECT 'interval $1', \"interval $1\", $q$ date $1 $q$ FROM t WHERE c = $1",
+    ),
+    ("SELECT * FROM t WHERE x = $1 LIMIT $2", "SELECT * FROM t WHERE x = $1 LIMIT $2"),
+]
+
+
+def test_a_typed_literals_parameter_is_prepared_as_the_cast_it_stands_for() -> None:
+    from pgscope.collect.statistics.statements import preparable
+
+    for text, expected in TYPED:
+        assert preparable(text) == expected
+
+
+def test_the_generic_plan_of_a_statement_with_an_interval_parameter_is_kept(
+    shared_cluster: EmbeddedCluster,
+) -> None:
+    """On a real server, as the collector plans it (PREPARE, EXPLAIN EXECUTE with NULLs):
+    the normalised text pg_stat_statements gives a query with `interval '1 day'`."""
+    from pgscope.collect.statistics.statements import _generic_plan
+
+    text = "SELECT relname FROM pg_class WHERE now() - interval $2 > now() AND oid = $1"
+    with shared_cluster.conn.connect() as session:
+        session.execute("SET plan_cache_mode = force_generic_plan")
+        plan, error = _generic_plan(session, text)
+    assert error is None, error
+    assert plan is not None and '"Node Type"' in plan

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pgscope.drive.readonly import READ_ONLY_OPTION, lifting_statement, with_read_only
+from pgscope.drive.readonly import lifting_statement, with_read_only
 from pgscope.drive.scriptlex import decode_unicode, read_script
+from pgscope.labels import READ_ONLY_OPTION
 
 
 def _judged(

@@ -208,8 +208,8 @@ def test_compare_of_stored_runs_warns_and_normalises_settings(tmp_path: Path) ->
         {"what": "scale", "a": 10, "b": 0},
     ]
     same = pgscope("compare", str(a), str(a))
-    assert "warning" not in same.stdout
-    assert same.stdout.splitlines()[1].startswith("same: workload select-only, scale 10")
+    assert same.stdout.splitlines()[1].startswith("warning: A and B are the same run")
+    assert same.stdout.splitlines()[2].startswith("same: workload select-only, scale 10")
 
 
 # -- one custom-script run, and its repeat --------------------------------------------------------

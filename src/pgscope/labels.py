@@ -52,7 +52,7 @@ def listed_run(row: dict[str, Any], verdict: str | None) -> dict[str, Any]:
         "date": None
         if started is None
         else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1e6)),
-        "target": "embedded" if kind == "embedded" else conninfo or kind or None,
+        "target": "embedded" if kind == "embedded" else shown_conninfo(conninfo) or kind or None,
         "workload": driven_workload(spec),
         "scale": spec.get("scale"),
         "clients": row.pop("clients", []),
@@ -90,3 +90,31 @@ def setting_label(setting: str, unit: str | None) -> str:
                 return f"{round(count)} {name}"
         return f"{plain(number)} {unit}"
     return f"{setting} {unit}"
+
+
+# The read-only guard pgscope puts last in the `options` of every session it opens on a user's
+# server (drive/readonly.py): its own, never the user's, so never shown as the user's.
+READ_ONLY_OPTION = "-c default_transaction_read_only=on"
+
+
+def shown_conninfo(conninfo: str | None) -> str | None:
+    """A stored connection string as the user gave it: without pgscope's read-only guard
+    (`options='-c default_transaction_read_only=on'`, or the guard after the user's own
+    options). Text that is not a connection string is returned as it is."""
+    if not conninfo or READ_ONLY_OPTION not in conninfo:
+        return conninfo
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
+    except ProgrammingError:
+        return conninfo
+    options = params.get("options", "")
+    if options.rstrip().endswith(READ_ONLY_OPTION):
+        rest = options.rstrip()[: -len(READ_ONLY_OPTION)].rstrip()
+        if rest:
+            params["options"] = rest
+        else:
+            del params["options"]
+    return make_conninfo(**params)

@@ -36,31 +36,24 @@ import duckdb
 from pgscope.analyze import plans as plan_samples
 from pgscope.analyze.plans import NestedPlans, PlanNode, StatementPlans, TriggerTime
 from pgscope.analyze.statements import Statements
-from pgscope.analyze.waits import IN_WINDOWS, INSTRUMENTS, WAIT_EVENT, WAIT_TYPE
+from pgscope.analyze.waits import (
+    COMMIT_WAITS,
+    IN_WINDOWS,
+    SESSIONS,
+    WAIT_EVENT,
+    WAIT_TYPE,
+    unnamed_statement,
+)
 from pgscope.duck import table_exists
 
 Detail = dict[str, str | float | int | bool | None]
-# Whose time is the workload's: client sessions running a statement, and the parallel
-# workers they started.
-SESSIONS = (
-    f"{INSTRUMENTS} AND ((backend_type = 'client backend' AND state = 'active') "
-    "OR (backend_type = 'parallel worker' AND coalesce(state, 'active') <> 'idle'))"
-)
 # A node below this share of its parent is not drawn (it is in its parent's time).
 MIN_CHILD_SHARE = 0.01
 # Samples below which an account is too thin to name anything.
 MIN_SAMPLES = 50
-# Waits a commit makes, which carry no query id on the server (COMMIT is not a statement
-# pg_stat_statements ids at that moment).
-COMMIT_WAITS = {
-    "IO:WALSync": "flushing its WAL",
-    "IO:WALWrite": "writing its WAL",
-    "LWLock:WALWrite": "waiting for the WAL write lock",
-    "LWLock:WALInsert": "inserting its WAL",
-    "IPC:SyncRep": "waiting for the synchronous standby",
-    "IO:WALInitSync": "flushing a new WAL segment",
-    "IO:WALInitWrite": "writing a new WAL segment",
-}
+# Whose time is the workload's (SESSIONS), the waits a commit makes, which carry no query id
+# on the server (COMMIT_WAITS), and the name of time without a query id
+# (unnamed_statement): analyze/waits.py's, which the top queries name it by too.
 READ_WAITS = {"IO:DataFileRead", "IO:DataFilePrefetch"}
 TEMP_WAITS = {"IO:BufFileRead", "IO:BufFileWrite"}
 
@@ -318,12 +311,7 @@ def _quoted(text: str | None, width: int = 70) -> str:
 
 def _statement_name(query_id: int | None, text: str | None, event: str) -> str:
     if query_id is None:
-        commit = COMMIT_WAITS.get(event)
-        return (
-            f"COMMIT ({commit})"
-            if commit
-            else "(no query id: a utility statement, or a commit's own work)"
-        )
+        return unnamed_statement(event)
     return f"query {query_id}: {_quoted(text) if text else '(text not kept)'}"
 
 

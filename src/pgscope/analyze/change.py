@@ -1,7 +1,8 @@
 """What changed from one run to another (`pgscope compare A B`): first whether the two measured
-the same thing (workload, scale, protocol, target, server, host), then throughput per cell with a
-Welch interval, the USL parameters, the wait classes at the peak, the top findings, the
-settings that differ and the CPU profile's differential. A pure function of two analyses."""
+the same thing (workload, scale, protocol, target, server, host) and are two runs, then
+throughput per cell with a 95% interval of the ratio (compare.py), the model each run's report
+chose with its parameters, the wait classes at the peak, the top findings, the settings that
+differ and the CPU profile's differential. A pure function of two analyses."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgscope.analyze.compare import Comparison, welch_interval
+from pgscope.analyze.compare import Comparison, change_interval
 from pgscope.analyze.model import RunAnalysis
 from pgscope.analyze.profile import differential
+from pgscope.analyze.usl import UslFit
 from pgscope.labels import driven_workload, setting_label
 from pgscope.words import counted
 
@@ -42,6 +44,7 @@ class RunChange:
             "b": self.b,
             "runs": self.runs,
             "differences": self.differences,
+            "same_run": self.same_run,
             "warning": self.warning,
             "throughput": [c.to_json() for c in self.throughput],
             "models": self.models,
@@ -53,9 +56,21 @@ class RunChange:
         }
 
     @property
+    def same_run(self) -> bool:
+        """A and B are one run (one folder given twice, or a copy of it): every change is
+        zero by construction, which says nothing of the server."""
+        return self.a == self.b
+
+    @property
     def warning(self) -> str | None:
-        """What a reader must know before any percentage: the runs measured different things
-        (None: the same workload, scale, protocol, target, server and host)."""
+        """What a reader must know before any percentage: A and B are one run, or the runs
+        measured different things (None: two runs of the same workload, scale, protocol,
+        target, server and host)."""
+        if self.same_run:
+            return (
+                f"A and B are the same run ({self.a}): every change below is zero by "
+                f"construction; compare it with another run"
+            )
         if not self.differences:
             return None
         return (
@@ -131,7 +146,8 @@ def _throughput(a: RunAnalysis, b: RunAnalysis) -> list[Comparison]:
             if not tps_a or not tps_b:
                 continue
             mean_a, mean_b = statistics.fmean(tps_a), statistics.fmean(tps_b)
-            interval = welch_interval(tps_b, tps_a)
+            if mean_a == 0:
+                continue  # no change can be stated against nothing
             out.append(
                 Comparison(
                     variant_b,
@@ -142,12 +158,27 @@ def _throughput(a: RunAnalysis, b: RunAnalysis) -> list[Comparison]:
                     len(tps_b),
                     len(tps_a),
                     (mean_b - mean_a) / mean_a * 100,
-                    None
-                    if interval is None
-                    else (interval[0] / mean_a * 100, interval[1] / mean_a * 100),
+                    change_interval(tps_b, tps_a),
                 )
             )
     return out
+
+
+def _chosen(fit: UslFit) -> dict[str, Any]:
+    """The model the run's report chose (AIC: USL, Amdahl or linear) with its own
+    parameters, as `report` shows it: σ and κ where that model has them (Amdahl's κ is 0, a
+    linear model has neither), N* and X(N*) where it is the USL's peak."""
+    params = fit.models[fit.best_model].params
+    usl = fit.best_model == "usl"
+    return {
+        "model": fit.best_model,
+        "sigma": params.get("sigma"),
+        "kappa": params.get("kappa", 0.0 if fit.best_model == "amdahl" else None),
+        "lambda": params.get("lambda"),
+        "n_star": fit.n_star if usl else None,
+        "x_max": fit.x_max if usl else None,
+        "summary": fit.describe(),
+    }
 
 
 def _models(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
@@ -159,9 +190,9 @@ def _models(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
                 {
                     "variant": variant,
                     **{
-                        f"{key}_{side}": getattr(fit, key)
+                        f"{key}_{side}": value
                         for side, fit in (("a", fit_a), ("b", fit_b))
-                        for key in ("sigma", "kappa", "n_star", "x_max")
+                        for key, value in _chosen(fit).items()
                     },
                 }
             )
@@ -303,14 +334,13 @@ def _capacity_row(
     per_b: list[float],
 ) -> dict[str, Any]:
     change = (tps_b / tps_a - 1) * 100 if tps_a and tps_b is not None else None
-    interval = welch_interval(per_b, per_a) if tps_a else None
+    # The ratio's interval on the log scale, as every change compare states (compare.py).
+    interval = change_interval(per_b, per_a)
     return {
         "variant": variant,
         "what": what,
         "a": tps_a,
         "b": tps_b,
         "change_pct": change,
-        "ci95_pct": (interval[0] / tps_a * 100, interval[1] / tps_a * 100)
-        if interval and tps_a
-        else None,
+        "ci95_pct": interval,
     }

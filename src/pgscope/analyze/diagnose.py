@@ -25,7 +25,7 @@ import dataclasses
 import operator
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -42,7 +42,7 @@ from pgscope.analyze.facts.account import (
     PATH_SHARE,
     PATH_STATEMENT_SHARE,
 )
-from pgscope.analyze.facts.cell import TPS
+from pgscope.analyze.facts.cell import OBSERVED, TPS
 from pgscope.analyze.facts.scaling import BEST_CLIENTS, GROWTH_SHOWN
 from pgscope.analyze.facts.variants import LOSS
 from pgscope.analyze.facts.waits import AAS_PER_CLIENT, IDLE_IN_TRANSACTION, SHARE
@@ -110,6 +110,8 @@ class Rule:
     # Findings of other rules that say the same thing less specifically ("id", or "id:name"
     # for a rule whose title has a {name}): dropped on a variant where this rule fires.
     supersedes: list[str] = field(default_factory=list)
+    # What would refute it in an observation, where `refute` speaks of pgbench's own record.
+    refute_observed: str | None = None
 
 
 def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str]]]:
@@ -164,7 +166,7 @@ def _holds(sheet: FactSheet, name: str, op: str, threshold: Any) -> Fact | None:
 _FACT_IN_TEXT = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_:]+)+)\}")
 
 
-def _advice(entries: list[str | dict[str, Any]], sheet: FactSheet) -> list[str]:
+def _advice(entries: Sequence[str | dict[str, Any]], sheet: FactSheet) -> list[str]:
     """The rule's advice as this run reads it: what the run already does left out, the
     facts it names given their measured values."""
 
@@ -236,13 +238,15 @@ def evaluate(
                 source.name.rsplit(".", 1)[-1] if rule.name_from.endswith(".*") else source.shown()
             )
         title = title.replace("{name}", suffix or "?")
-        recommendations = advice.get(suffix, []) + recommendations
+        recommendations = _advice(advice.get(suffix, []), sheet) + recommendations
     elif rule.quote_from:
         quoted = _resolve(sheet, rule.quote_from)
         title = title.replace("{name}", quoted.label if quoted is not None else "?")
         if quoted is not None:
-            recommendations = advice.get(quoted.name.rsplit(".", 1)[-1], []) + recommendations
+            cause = quoted.name.rsplit(".", 1)[-1]
+            recommendations = _advice(advice.get(cause, []), sheet) + recommendations
     evidence = [fact for name in rule.evidence if (fact := _resolve(sheet, name)) is not None]
+    observed = rule.refute_observed is not None and sheet.value(OBSERVED.name)
     return Finding(
         rule.id,
         title,
@@ -251,7 +255,7 @@ def evaluate(
         sheet.variant,
         sheet.clients,
         evidence,
-        rule.refute,
+        rule.refute_observed if observed and rule.refute_observed else rule.refute,
         recommendations,
         weakened,
     )
@@ -741,6 +745,10 @@ def _verdict(
                 else f"Throughput is highest at {n_clients(best)} (one repeat per client "
                 f"count: no interval to tell where it stops growing). "
             )
+        elif tps is not None and sheet.clients and sheet.value(OBSERVED.name):
+            # An observation: the server's commits at the concurrency its sessions had.
+            sessions = f"{sheet.clients} session{'' if sheet.clients == 1 else 's'}"
+            opening = f"{tps:,.0f} commits/s at {sessions}. "
         elif tps is not None and sheet.clients:
             opening = f"{tps:,.0f} tps at {n_clients(sheet.clients)}. "
     idle = sheet.value(IDLE_IN_TRANSACTION.name) if sheet is not None else None

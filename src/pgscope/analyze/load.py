@@ -60,6 +60,7 @@ from pgscope.analyze.model import (
 )
 from pgscope.analyze.scaling import ScalingAnalysis, analyse
 from pgscope.errors import InputFileError
+from pgscope.labels import shown_conninfo
 from pgscope.store import RunStore
 from pgscope.words import n_clients
 
@@ -171,7 +172,9 @@ def _sections(store: RunStore, run_dir: Path, bootstrap: int) -> RunAnalysis:
         recipe=run["recipe"],
         command_line=run["command_line"],
         pgscope_version=run["pgscope_version"],
-        target=Target(run["target_kind"], run["target_conninfo"], run["server_version"]),
+        target=Target(
+            run["target_kind"], shown_conninfo(run["target_conninfo"]), run["server_version"]
+        ),
         started_us=run["started_us"],
         ended_us=run["ended_us"],
         environment=environment,

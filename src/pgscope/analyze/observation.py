@@ -16,13 +16,25 @@ The **worst** window is the active window with the fewest commits per second per
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
-from pgscope.analyze.waits import ACTIVE, IN_WINDOWS, WAIT_EVENT, WAIT_TYPE, Profile, profile
+from pgscope.analyze.waits import (
+    ACTIVE,
+    IN_WINDOWS,
+    UNNAMED,
+    WAIT_EVENT,
+    WAIT_TYPE,
+    Profile,
+    checkpoint_spans,
+    covered,
+    profile,
+    unnamed_statement,
+)
 from pgscope.duck import table_exists
 
 VARIANT = "observed"
@@ -50,6 +62,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "statements; pg_monitor for their text",
     ),
     ("relation locks held", ("pglocks",), "GRANT pg_monitor (pg_locks with pg_stat_activity)"),
+    (
+        "errors the server logged",
+        ("serverlog",),
+        "the server on this host (--data-dir), its log a file pgscope may read (as root or the "
+        "server's owner): the logging collector's, or where its standard error goes",
+    ),
     (
         "host CPU",
         ("host",),
@@ -86,6 +104,9 @@ class Window:
     top_query_share: float | None = None
     checkpoints: float | None = None  # checkpoints begun (pg_stat_bgwriter)
     outlier: str | None = None  # why it stands out, or None
+    # The share of the window a checkpoint was in progress (the checkpointer's samples, or
+    # the server log): what the server was doing beside the workload.
+    checkpointing: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +132,10 @@ class Observation:
     own_cpu_share: float | None  # pgscope and its tracers, of the host's CPU (host collector)
     # The worst window's wait profile, for the rules to judge it as they judge the whole.
     worst_profile: Profile | None = None
+    # Where the sessions' active time was, per database (the samples), busiest first; and
+    # the databases whose statements (and, the first, tables) were read.
+    databases: list[tuple[str, float]] = field(default_factory=list)
+    statements_read_in: list[str] = field(default_factory=list)
 
 
 def is_observation(db: duckdb.DuckDBPyConnection) -> bool:
@@ -132,7 +157,9 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
     ).fetchall()
     activity = _activity(db)
     aas, waits, queries = activity.aas, activity.waits, activity.queries
+    databases, read_in = _databases(db), _statements_read_in(db)
     checkpoints = _checkpoints(db)
+    spans = checkpoint_spans(db)
     windows = []
     for sid, lo, hi, seconds, status, tps, commits, rollbacks, conc, sessions, _ in rows:
         by_class = aas.get(sid, {})
@@ -147,6 +174,9 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
                 query[0] if query else None,
                 query[1] if query else None,
                 checkpoints.get(sid),
+                None,
+                covered(spans, lo, hi) if lo is not None and hi is not None and activity.aas
+                else None,
             )
         )  # fmt: skip
     windows = _mark_outliers(windows)
@@ -176,9 +206,11 @@ def read(db: duckdb.DuckDBPyConnection, collectors: list[dict[str, Any]]) -> Obs
         scalability_note(low, high, levels, len(active)),
         worst.step_id if worst else None,
         [w.step_id for w in windows if w.outlier],
-        layers(collectors, _statements_absent(db), _costs(db)),
+        layers(collectors, _statements_absent(db), _costs(db), databases, read_in),
         _own_cpu(db),
         worst_profile,
+        databases,
+        read_in,
     )
 
 
@@ -202,7 +234,11 @@ def scalability_note(low: float | None, high: float | None, levels: int, windows
 
 
 def layers(
-    collectors: list[dict[str, Any]], statements_absent: bool, costs: dict[str, str]
+    collectors: list[dict[str, Any]],
+    statements_absent: bool,
+    costs: dict[str, str],
+    databases: list[tuple[str, float]] | None = None,
+    read_in: list[str] | None = None,
 ) -> list[Layer]:
     by_name = {c["name"]: c for c in collectors}
     out = []
@@ -217,20 +253,70 @@ def layers(
             out.append(Layer(name, list(names), "unavailable", f"{row.get('reason')}"))
         elif row.get("status") == "failed":
             out.append(Layer(name, list(names), "failed", f"{row.get('error')}"))
-        elif name == "statements and tables" and statements_absent:
-            out.append(
-                Layer(
-                    name,
-                    list(names),
-                    "partial",
-                    "table statistics only: pg_stat_statements is not installed in this "
-                    "database (CREATE EXTENSION pg_stat_statements, with it in "
-                    "shared_preload_libraries)",
-                )
-            )
+        elif name == "statements and tables":
+            out.append(_statements_layer(name, list(names), statements_absent, databases, read_in))
         else:
             out.append(Layer(name, list(names), "seen", None, cost))
     return out
+
+
+def _statements_layer(
+    name: str,
+    collectors: list[str],
+    absent: bool,
+    databases: list[tuple[str, float]] | None,
+    read_in: list[str] | None,
+) -> Layer:
+    """The statements layer, naming the database it read: partial where pg_stat_statements
+    was not there, or where the samples put the sessions' active time in a database it did
+    not read (issue 30: observe --data-dir read `postgres` while the load ran in `sbtest`)."""
+    where = f"database {', '.join(read_in)}" if read_in else "the connection's database"
+    shares = dict(databases or [])
+    missed = [(d, share) for d, share in (databases or []) if read_in and d not in read_in]
+    if absent:
+        detail = (
+            f"table statistics only: pg_stat_statements is not installed in {where} (CREATE "
+            f"EXTENSION pg_stat_statements there, with it in shared_preload_libraries)"
+        )
+        return Layer(name, collectors, "partial", detail)
+    if missed and missed[0][1] >= 0.5:
+        busiest, share = missed[0]
+        return Layer(
+            name,
+            collectors,
+            "partial",
+            f"read in {where}, while {share:.0%} of the sessions' active time was in database "
+            f"{busiest}, which was not read (no session was busy there when it was chosen)",
+        )
+    read_share = sum(shares.get(d, 0.0) for d in read_in or [])
+    held = f", which held {read_share:.0%} of the sessions' active time" if shares else ""
+    return Layer(name, collectors, "seen", f"read in {where}{held}")
+
+
+def _databases(db: duckdb.DuckDBPyConnection) -> list[tuple[str, float]]:
+    """Each database's share of the sessions' active time in the windows, busiest first."""
+    if not table_exists(db, "activity_samples"):
+        return []
+    rows = db.execute(
+        f"SELECT coalesce(datname, '?'), count(*) FROM {IN_WINDOWS} "
+        f"WHERE variant = '{VARIANT}' AND {ACTIVE} GROUP BY ALL ORDER BY 2 DESC, 1"
+    ).fetchall()
+    total = sum(int(n) for _, n in rows)
+    return [(str(d), int(n) / total) for d, n in rows] if total else []
+
+
+def _statements_read_in(db: duckdb.DuckDBPyConnection) -> list[str]:
+    """The databases the statements collector last said it read (observe: where the load
+    was), or none where it did not say."""
+    row = db.execute(
+        "SELECT detail FROM events WHERE kind = 'statements-database' ORDER BY ts_us DESC LIMIT 1"
+    ).fetchone()
+    if not row:
+        return []
+    try:
+        return [str(d) for d in json.loads(str(row[0])).get("read", [])]
+    except (ValueError, AttributeError):
+        return []
 
 
 @dataclass(frozen=True)
@@ -254,15 +340,17 @@ def _activity(db: duckdb.DuckDBPyConnection) -> _Activity:
         ).fetchall()
     )
     groups = db.execute(
-        f"SELECT step_id, {WAIT_TYPE}, {WAIT_TYPE} || ':' || {WAIT_EVENT}, query_id, count(*) "
-        f"FROM {IN_WINDOWS} WHERE variant = '{VARIANT}' AND {ACTIVE} GROUP BY ALL "
-        f"ORDER BY ALL"
+        f"SELECT step_id, {WAIT_TYPE}, {WAIT_TYPE} || ':' || {WAIT_EVENT}, query_id, "
+        f"{UNNAMED}, count(*) FROM {IN_WINDOWS} WHERE variant = '{VARIANT}' AND {ACTIVE} "
+        f"GROUP BY ALL ORDER BY ALL"
     ).fetchall()
     by_class: dict[int, dict[str, int]] = {}
     by_wait: dict[int, dict[str, int]] = {}
-    by_query: dict[int, dict[int | None, int]] = {}
-    for sid, cls, wait, query_id, k in groups:
-        for table, key in ((by_class, cls), (by_wait, wait), (by_query, query_id)):
+    # A query id, or what time without one was (waits.UNNAMED: COMMIT, its text).
+    by_query: dict[int, dict[int | str | None, int]] = {}
+    for sid, cls, wait, query_id, unnamed, k in groups:
+        statement = query_id if query_id is not None else unnamed
+        for table, key in ((by_class, cls), (by_wait, wait), (by_query, statement)):
             counts = table.setdefault(int(sid), {})
             counts[key] = counts.get(key, 0) + int(k)
     aas = {
@@ -272,7 +360,7 @@ def _activity(db: duckdb.DuckDBPyConnection) -> _Activity:
     }
     waits = {sid: _leader(counts) for sid, counts in by_wait.items()}
     leaders = {sid: _leader(counts) for sid, counts in by_query.items()}
-    ids = [q for q, _ in leaders.values() if q is not None]
+    ids = [q for q, _ in leaders.values() if isinstance(q, int)]
     texts: dict[int, str] = {}
     if ids and table_exists(db, "activity_queries"):
         texts = dict(
@@ -283,7 +371,12 @@ def _activity(db: duckdb.DuckDBPyConnection) -> _Activity:
             ).fetchall()
         )
     queries = {
-        sid: (texts.get(q) or f"(query id {q})", share)
+        sid: (
+            texts.get(q) or f"(query id {q})"
+            if isinstance(q, int)
+            else unnamed_statement(None, str(q)),
+            share,
+        )
         for sid, (q, share) in leaders.items()
         if q is not None
     }
@@ -312,8 +405,8 @@ def _checkpoints(db: duckdb.DuckDBPyConnection) -> dict[int, float]:
 
 def _statements_absent(db: duckdb.DuckDBPyConnection) -> bool:
     row = db.execute(
-        "SELECT count(*) FROM events WHERE kind = 'statements' "
-        "AND detail = 'pg_stat_statements absent'"
+        "SELECT count(*) FROM (SELECT detail FROM events WHERE kind = 'statements' "
+        "ORDER BY ts_us DESC LIMIT 1) WHERE detail = 'pg_stat_statements absent'"
     ).fetchone()
     return bool(row and row[0])
 
@@ -366,6 +459,8 @@ def _why(w: Window, median: float, typical_wait: str | None, concurrency: float)
              f"{median:,.0f} commits/s"]  # fmt: skip
     if w.checkpoints:
         parts.append("a checkpoint began in it")
+    elif w.checkpointing:
+        parts.append(f"a checkpoint was in progress ({w.checkpointing:.0%} of it)")
     if w.top_wait and w.top_wait != typical_wait:
         share = f" ({100 * w.top_wait_share:.0f}% of active time)" if w.top_wait_share else ""
         parts.append(f"its top wait was {w.top_wait}{share}, elsewhere {typical_wait}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 
@@ -157,10 +157,14 @@ class Series:
     aas: dict[str, list[tuple[float, float]]]  # wait class -> (s, average active sessions)
     markers: list[tuple[float, str, str]]  # (s, kind, label): checkpoints, actions, restarts,
     # pgscope's own CHECKPOINT before each step (kind pgscope-checkpoint)
+    # What the server was doing beside the workload, over a stretch of time: (start s, end s,
+    # kind, label); a checkpoint in progress (kind "checkpoint"), from the server log or the
+    # checkpointer's samples (waits.checkpoint_spans).
+    spans: list[tuple[float, float, str, str]] = field(default_factory=list)
 
 
 def series(db: duckdb.DuckDBPyConnection) -> Series:
-    from pgscope.analyze.waits import aas_timeline, has_samples
+    from pgscope.analyze.waits import aas_timeline, checkpoint_spans, has_samples
 
     run = db.execute("SELECT started_us FROM run").fetchone()
     t0 = int(run[0]) if run and run[0] else 0
@@ -205,4 +209,14 @@ def series(db: duckdb.DuckDBPyConnection) -> Series:
             "'%shutdown%')) ORDER BY ts_us"
         ).fetchall()
     ]
-    return Series(t0, steps, tps, p95, aas, markers)
+    spans = [
+        (
+            s(c.start_us),
+            s(c.end_us),
+            "checkpoint",
+            f"checkpoint in progress, {(c.end_us - c.start_us) / 1e6:,.1f} s ({c.source}: "
+            f"{c.detail})",
+        )
+        for c in checkpoint_spans(db)
+    ]
+    return Series(t0, steps, tps, p95, aas, markers, spans)

@@ -1,10 +1,15 @@
 """Where active time goes: wait profiles from the `activity` (and `pgws`) samples.
 
 Definitions, applied the same way everywhere:
-- a sample row counts as **active** when a client backend is in state `active`, or a
-  background process (autovacuum, checkpointer, walsender, ...) is not in an idle wait (class
-  `Activity`, or `Extension` for an extension's worker sleeping on its own latch); the
-  instruments are left out: pgscope's own sessions and pg_wait_sampling's collector;
+- a sample row counts as **active** (the workload's active time) when a client backend is in
+  state `active`, or a parallel worker it started is at work; the instruments are left out:
+  pgscope's own sessions and pg_wait_sampling's collector. The server's own processes
+  (checkpointer, background writer, walwriter, autovacuum, walsenders, ...) are what the
+  server does beside the workload, never its active time nor its AAS (issue 30: the
+  checkpointer's pacing sleep, Timeout:CheckpointWriteDelay, read as 87% of a run's active
+  time): they are the **background** (`background()`), each kind of process with how many
+  were at work on average and on what, and a checkpoint in progress is an event of the
+  timeline (`checkpoint_spans()`). `analyze/account.py` counts the same sessions;
 - an active row with no wait event is **CPU** (running or runnable: the server cannot tell);
 - a **profile** gives each (wait_event_type, wait_event) its share of active rows; shares sum
   to 1; CPU appears as ("CPU", "CPU");
@@ -30,12 +35,26 @@ INSTRUMENTS = (
     "coalesce(application_name, '') NOT LIKE 'pgscope%' "
     "AND backend_type IS DISTINCT FROM 'pg_wait_sampling collector'"
 )
-ACTIVE = (
-    f"{INSTRUMENTS} AND ("
-    "(backend_type = 'client backend' AND state = 'active') OR "
-    "(backend_type <> 'client backend' "
-    "AND coalesce(wait_event_type, '') NOT IN ('Activity', 'Extension')))"
+# Whose time is the workload's: client sessions running a statement, and the parallel
+# workers they started (the account's active time is the same: analyze/account.py).
+SESSIONS = (
+    f"{INSTRUMENTS} AND ((backend_type = 'client backend' AND state = 'active') "
+    "OR (backend_type = 'parallel worker' AND coalesce(state, 'active') <> 'idle'))"
 )
+ACTIVE = SESSIONS
+# The server's own processes at work: neither a client session nor a parallel worker, and
+# not in their idle main-loop waits (class Activity, or Extension for an extension's worker
+# sleeping on its own latch). What the server does beside the workload.
+BACKGROUND = (
+    f"{INSTRUMENTS} AND backend_type NOT IN ('client backend', 'parallel worker') "
+    "AND coalesce(wait_event_type, '') NOT IN ('Activity', 'Extension')"
+)
+# A checkpoint in progress, as the checkpointer's samples show it: the checkpointer out of
+# its idle wait (CheckpointerMain) for this many samples in a row at least (absorbing fsync
+# requests between checkpoints takes it out for an instant, a sample at most), samples that
+# many seconds apart at most still one checkpoint.
+CHECKPOINT_MIN_SAMPLES = 3
+CHECKPOINT_GAP_S = 2.0
 CLIENTS = "backend_type = 'client backend' AND coalesce(application_name, '') NOT LIKE 'pgscope%'"
 # Activity rows inside the steps' measured windows, each with its step's id, variant,
 # clients and offered rate (NULL: closed loop). Not a range join, whose cost grows with rows
@@ -308,12 +327,198 @@ def aas_timeline(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, float]]:
 
 
 @dataclass(frozen=True)
+class BackgroundProcess:
+    """One kind of the server's own processes (checkpointer, walwriter, autovacuum worker,
+    ...) beside the workload: how many were at work on average, and on what."""
+
+    backend_type: str
+    busy: float  # processes of this kind at work, on average over the sampling instants
+    waits: list[tuple[str, float]]  # its most common waits ("CPU" too), share of its rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend_type": self.backend_type,
+            "busy": self.busy,
+            "waits": [{"wait": w, "share": share} for w, share in self.waits],
+        }
+
+
+def background(db: duckdb.DuckDBPyConnection, limit: int = 3) -> list[BackgroundProcess]:
+    """What the server's own processes did: over the steps' measured windows (or the whole
+    record where there are none), each kind at work, busiest first."""
+    source = IN_WINDOWS if _has_windows(db) else "activity_samples"
+    row = db.execute(f"SELECT count(DISTINCT sample_no) FROM {source}").fetchone()
+    instants = int(row[0]) if row and row[0] else 0
+    if not instants:
+        return []
+    rows = db.execute(
+        f"SELECT backend_type, {WAIT_TYPE} || ':' || {WAIT_EVENT} AS w, count(*) AS n "
+        f"FROM {source} WHERE {BACKGROUND} GROUP BY ALL ORDER BY 1, n DESC, w"
+    ).fetchall()
+    by_type: dict[str, list[tuple[str, int]]] = {}
+    for backend_type, wait, n in rows:
+        by_type.setdefault(str(backend_type), []).append((str(wait).replace("CPU:CPU", "CPU"), n))
+    out = []
+    for backend_type, waits in by_type.items():
+        total = sum(n for _, n in waits)
+        out.append(
+            BackgroundProcess(
+                backend_type, total / instants, [(w, n / total) for w, n in waits[:limit]]
+            )
+        )
+    return sorted(out, key=lambda b: (-b.busy, b.backend_type))
+
+
+@dataclass(frozen=True)
+class CheckpointSpan:
+    """A checkpoint in progress: from the server log's start and end where the run has them
+    (clusters pgscope starts log them), else from the checkpointer's samples."""
+
+    start_us: int
+    end_us: int
+    source: str  # "server log" or "activity"
+    detail: str  # the log's reason and figures, or what the checkpointer waited on most
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start_us": self.start_us,
+            "end_us": self.end_us,
+            "seconds": (self.end_us - self.start_us) / 1e6,
+            "source": self.source,
+            "detail": self.detail,
+        }
+
+
+def checkpoint_spans(db: duckdb.DuckDBPyConnection) -> list[CheckpointSpan]:
+    """Each checkpoint in progress during the record, in time order."""
+    logged = _logged_checkpoints(db)
+    if logged:
+        return logged
+    if not has_samples(db):
+        return []
+    rows = db.execute(
+        f"SELECT ts_us, {WAIT_TYPE} || ':' || {WAIT_EVENT} FROM activity_samples "
+        f"WHERE backend_type = 'checkpointer' AND {BACKGROUND} ORDER BY ts_us"
+    ).fetchall()
+    spans: list[list[tuple[int, str]]] = []
+    for ts, wait in rows:
+        if spans and ts - spans[-1][-1][0] <= CHECKPOINT_GAP_S * 1e6:
+            spans[-1].append((int(ts), str(wait)))
+        else:
+            spans.append([(int(ts), str(wait))])
+    out = []
+    for span in spans:
+        if len(span) < CHECKPOINT_MIN_SAMPLES:
+            continue
+        waits: dict[str, int] = {}
+        for _, wait in span:
+            waits[wait] = waits.get(wait, 0) + 1
+        top = max(sorted(waits), key=lambda w: waits[w])
+        detail = (
+            f"the checkpointer at work, most often {top.replace('CPU:CPU', 'CPU')} "
+            f"({waits[top] / len(span):.0%} of its samples)"
+        )
+        out.append(CheckpointSpan(span[0][0], span[-1][0], "activity", detail))
+    return out
+
+
+def _logged_checkpoints(db: duckdb.DuckDBPyConnection) -> list[CheckpointSpan]:
+    """Checkpoints the server logged: each start with the end that follows it (one still
+    running when the record ends: to its last event)."""
+    if not table_exists(db, "events"):
+        return []
+    rows = db.execute(
+        "SELECT ts_us, kind, detail FROM events WHERE kind IN ('checkpoint-start', "
+        "'checkpoint-done') ORDER BY ts_us"
+    ).fetchall()
+    out, start = [], None
+    for ts, kind, detail in rows:
+        if kind == "checkpoint-start":
+            start = (int(ts), str(detail))
+        elif start is not None:
+            out.append(
+                CheckpointSpan(start[0], int(ts), "server log", f"{start[1]}; {detail}".strip())
+            )
+            start = None
+    if start is not None:
+        last = (
+            db.execute("SELECT max(ts_us) FROM activity_samples").fetchone()
+            if has_samples(db)
+            else None
+        )
+        if last and last[0] and last[0] > start[0]:
+            out.append(CheckpointSpan(start[0], int(last[0]), "server log", start[1]))
+    return out
+
+
+def covered(spans: list[CheckpointSpan], start_us: int, end_us: int) -> float:
+    """The share of [start_us, end_us) a checkpoint was in progress."""
+    if end_us <= start_us:
+        return 0.0
+    inside = sum(max(0, min(end_us, s.end_us) - max(start_us, s.start_us)) for s in spans)
+    return min(1.0, inside / (end_us - start_us))
+
+
+# -------------------------------------------------------------------------------------------
+# Time without a query id, named for what it is: one place for the top queries and the
+# account (analyze/account.py) alike.
+
+# Waits a commit makes (its WAL written and flushed, a synchronous standby's answer): a session
+# sampled in one of them without a query id is committing (COMMIT, END, or the commit at the
+# end of a statement sent with the extended protocol, which PostgreSQL 15-17 runs with no id).
+COMMIT_WAITS = {
+    "IO:WALSync": "flushing its WAL",
+    "IO:WALWrite": "writing its WAL",
+    "LWLock:WALWrite": "waiting for the WAL write lock",
+    "LWLock:WALInsert": "inserting its WAL",
+    "IPC:SyncRep": "waiting for the synchronous standby",
+    "IO:WALInitSync": "flushing a new WAL segment",
+    "IO:WALInitWrite": "writing a new WAL segment",
+}
+COMMIT = "COMMIT"
+NO_QUERY_ID = "(no query id: a utility statement, or a commit's own work)"
+# A sample without a query id, grouped as what it was (NULL: nothing tells): COMMIT for a
+# commit's text (COMMIT, END) or a commit's wait; else its statement's text where the SQL
+# sampler read it, spaces folded and constants made `?` (the same statement with other values
+# is one).
+_FOLDED = "trim(regexp_replace(command, '\\s+', ' ', 'g'))"
+# Quoted strings, then numbers that are no parameter's ($1) or identifier's (t2) part.
+_STRINGS = "'(?:[^']|'')*'".replace("'", "''")
+_NUMBERS = r"(^|[^$\w.])[0-9]+(?:\.[0-9]+)?\b"
+_CONSTANTS = (
+    f"regexp_replace(regexp_replace({_FOLDED}, '{_STRINGS}', '?', 'g'), '{_NUMBERS}', '\\1?', 'g')"
+)
+UNNAMED = (
+    "CASE WHEN query_id IS NOT NULL THEN NULL "
+    f"WHEN upper(rtrim(split_part({_FOLDED}, ' ', 1), ';')) IN ('COMMIT', 'END') "
+    f"THEN '{COMMIT}' "
+    f"WHEN {_FOLDED} <> '' THEN {_CONSTANTS} "
+    f"WHEN {WAIT_TYPE} || ':' || {WAIT_EVENT} IN {tuple(COMMIT_WAITS)} THEN '{COMMIT}' END"
+)
+
+
+def unnamed_statement(event: str | None = None, text: str | None = None) -> str:
+    """What time sampled without a query id was, in words: a commit (from its text, or from
+    the wait it was in: "COMMIT (flushing its WAL)"), the statement's own text where the
+    sampler read it, else that nothing tells."""
+    if text == COMMIT or (text is None and event in COMMIT_WAITS):
+        doing = COMMIT_WAITS.get(event or "")
+        return f"{COMMIT} ({doing})" if doing else COMMIT
+    if text:
+        return text
+    return NO_QUERY_ID
+
+
+@dataclass(frozen=True)
 class QueryProfile:
     query_id: QueryId | None
-    query: str | None
+    query: str | None  # its text; without a query id, what it was (`unnamed_statement`)
     share: float  # of all active rows in the window
     top_wait: str
     top_wait_share: float  # within this query's active rows
+    # Without a query id: what named it ("commit": its text or its waits; "text": the
+    # statement's text as the sampler read it); None: a query id, or nothing tells.
+    named_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -322,6 +527,7 @@ class QueryProfile:
             "share": self.share,
             "top_wait": self.top_wait,
             "top_wait_share": self.top_wait_share,
+            "named_by": self.named_by,
         }
 
 
@@ -339,22 +545,30 @@ def top_queries(
         # ran between steps.
         source = IN_WINDOWS
     rows = db.execute(
-        f"WITH act AS (SELECT query_id, {WAIT_TYPE} || ':' || {WAIT_EVENT} AS w "
-        f"FROM {source} WHERE {where} AND {ACTIVE}), "
-        f"per_q AS (SELECT query_id, count(*) AS n FROM act GROUP BY query_id), "
-        f"per_qw AS (SELECT query_id, w, count(*) AS n, row_number() OVER "
-        f"(PARTITION BY query_id ORDER BY count(*) DESC, w) AS r FROM act GROUP BY query_id, w) "
-        f"SELECT per_q.query_id, q.query, per_q.n / sum(per_q.n) OVER (), per_qw.w, "
-        f"per_qw.n / per_q.n FROM per_q JOIN per_qw ON per_qw.query_id IS NOT DISTINCT FROM "
-        f"per_q.query_id AND per_qw.r = 1 "
+        f"WITH act AS (SELECT query_id, {UNNAMED} AS unnamed, "
+        f"{WAIT_TYPE} || ':' || {WAIT_EVENT} AS w FROM {source} WHERE {where} AND {ACTIVE}), "
+        f"per_q AS (SELECT query_id, unnamed, count(*) AS n FROM act "
+        f"GROUP BY query_id, unnamed), "
+        f"per_qw AS (SELECT query_id, unnamed, w, count(*) AS n, row_number() OVER "
+        f"(PARTITION BY query_id, unnamed ORDER BY count(*) DESC, w) AS r FROM act "
+        f"GROUP BY query_id, unnamed, w) "
+        f"SELECT per_q.query_id, per_q.unnamed, q.query, per_q.n / sum(per_q.n) OVER (), "
+        f"per_qw.w, per_qw.n / per_q.n FROM per_q JOIN per_qw ON per_qw.query_id IS NOT "
+        f"DISTINCT FROM per_q.query_id AND per_qw.unnamed IS NOT DISTINCT FROM per_q.unnamed "
+        f"AND per_qw.r = 1 "
         f"LEFT JOIN activity_queries q ON q.query_id = per_q.query_id "
-        f"ORDER BY 3 DESC, 1 NULLS LAST, 2 NULLS LAST LIMIT ?",
+        f"ORDER BY 4 DESC, 1 NULLS LAST, 2 NULLS LAST, 3 NULLS LAST LIMIT ?",
         [*params, limit],
     ).fetchall()
-    return [
-        QueryProfile(qid, text, float(share), str(w).replace("CPU:CPU", "CPU"), float(ws))
-        for qid, text, share, w, ws in rows
-    ]
+    out = []
+    for qid, unnamed, text, share, w, ws in rows:
+        wait = str(w).replace("CPU:CPU", "CPU")
+        named_by = None
+        if qid is None:
+            text = unnamed_statement(wait, unnamed)
+            named_by = "commit" if unnamed == COMMIT else "text" if unnamed else None
+        out.append(QueryProfile(qid, text, float(share), wait, float(ws), named_by))
+    return out
 
 
 def _has_windows(db: duckdb.DuckDBPyConnection) -> bool:
@@ -456,10 +670,15 @@ class WaitAnalysis:
     queries: list[QueryProfile]
     rate: SamplerRate | None
     versus_pgws: SourceComparison | None
+    # Beside the workload: what the server's own processes did, and its checkpoints.
+    background: list[BackgroundProcess] = field(default_factory=list)
+    checkpoints: list[CheckpointSpan] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.overall.to_json(),
+            "background": [b.to_json() for b in self.background],
+            "checkpoints": [c.to_json() for c in self.checkpoints],
             "by_clients": [
                 {"variant": c.variant, "clients": c.clients, **c.profile.to_json()}
                 for c in self.by_clients
@@ -483,12 +702,15 @@ def analyse(
 ) -> WaitAnalysis | None:
     if not has_samples(db):
         return None
+    whole = start_us is None and end_us is None
     return WaitAnalysis(
         profile(db, start_us, end_us),
         profiles_by_clients(db),
         top_queries(db, 10, start_us, end_us),
         sampler_rate(db),
         compare_with_pgws(db, start_us, end_us),
+        background(db) if whole else [],
+        checkpoint_spans(db) if whole else [],
     )
 
 

@@ -30,8 +30,9 @@ throughput stops growing.
 Start here:
   pgscope doctor                      what this machine can measure
   pgscope recipes                     the bundled experiments
-  pgscope run scaling --quick         a 3-minute scalability sweep
+  pgscope run scaling --quick         a scalability sweep, about 3 minutes
   pgscope run logging --quick         a field case (also syncrep, checkpoint, cpus)
+  pgscope observe --dsn ...           why a running server's own workload is slow, read-only
   pgscope sample --dsn ... --live     what a server's sessions wait on, read-only
   pgscope trace lwlock --dsn ...      LWLock wait histograms from the server's probes
   pgscope profile --data-dir ...      CPU flame graph of a server on this host

@@ -67,6 +67,7 @@ def compare(
     # Whether the two measured the same thing comes before any percentage.
     if change.warning:
         out.print(f"[bold yellow]warning:[/bold yellow] {escape(change.warning)}")
+    if change.differences:
         for d in change.differences:
             out.print(
                 f"  {d['what']}: {_shown(d['a'])} → {_shown(d['b'])}",
@@ -93,20 +94,15 @@ def compare(
                 f"{c.tps:,.0f}",
                 f"{c.change_pct:+.1f}%",
                 f"{c.ci95_pct[0]:+.1f}% … {c.ci95_pct[1]:+.1f}%" if c.ci95_pct else "n/a",
-                "beyond noise"
-                if c.significant
-                else "within noise"
-                if c.ci95_pct
-                else "too few repeats",
+                c.judgement,
             )
         out.print(table)
     else:
         out.print("throughput: no (variant, clients) cell measured in both runs")
     for model in change.models:
+        # Each run's model as its report chose it (AIC): Amdahl has no κ to compare.
         out.print(
-            f"model {model['variant']}: σ {plain(model['sigma_a'], 3)} → "
-            f"{plain(model['sigma_b'], 3)}, κ {plain(model['kappa_a'], 3)} → "
-            f"{plain(model['kappa_b'], 3)}",
+            f"model {model['variant']}: {_model(model, 'a')} → {_model(model, 'b')}",
             highlight=False,
         )
     for row in change.capacity:
@@ -137,6 +133,21 @@ def compare(
     if change.profile:
         grew = ", ".join(f"{d['name']} {d['delta']:+.1%}" for d in change.profile["grew"][:5])
         out.print(f"CPU profile, grew most: {grew}", highlight=False, markup=False)
+
+
+def _model(model: dict[str, object], side: str) -> str:
+    """One run's chosen model in a line: "usl (σ 0.0123, κ 0.00045, N* 12.3)", "amdahl (σ
+    0.052)", "linear"."""
+    name = str(model[f"model_{side}"])
+    parts = []
+    for key, symbol in (("sigma", "σ"), ("kappa", "κ")):
+        value = model.get(f"{key}_{side}")
+        if isinstance(value, int | float) and (key == "sigma" or name == "usl"):
+            parts.append(f"{symbol} {plain(value, 3)}")
+    n_star = model.get(f"n_star_{side}")
+    if isinstance(n_star, int | float):
+        parts.append(f"N* {n_star:.1f}")
+    return f"{name} ({', '.join(parts)})" if parts else name
 
 
 def _shown(value: object) -> str:

@@ -22,6 +22,7 @@ from pgscope.cli.options import (
     repository_params,
     resolve_dsn,
 )
+from pgscope.collect.sampling.samplecost import COST_HZ, SAMPLE_COST_MS
 
 if TYPE_CHECKING:
     from pgscope.session import SessionTarget
@@ -69,9 +70,10 @@ def observe(
             help="Where wait samples come from. auto: memory where it can (root, the server "
             "on this host, the sampler built with pgscope), else sql, saying why. memory: a "
             "compiled reader of "
-            "the server's shared memory, ~0.04 ms of CPU per sample, none of it the server's. "
-            "sql: the server reads its status array for each sample (any server, "
-            "pg_monitor; ~0.12 ms per sample). Both agree with pg_wait_sampling within a "
+            f"the server's shared memory, {SAMPLE_COST_MS['memory']:.3f} ms of CPU per "
+            "sample, none of it the server's. sql: the server reads its status array for each "
+            f"sample (any server, pg_monitor; {SAMPLE_COST_MS['sql']:.3f} ms per sample; both "
+            f"measured at {COST_HZ} Hz). Both agree with pg_wait_sampling within a "
             "total-variation distance of 0.05 (docs/benchmarks.md); the report's wait "
             "sampling layer says which ran.",
             case_sensitive=False,
@@ -285,11 +287,12 @@ def _selection(
     selection: dict[str, dict[str, Any]] = {
         "activity": {"hz": hz},
         "pgstats": {},
-        "statements": {"wait_for_load": False},
+        "statements": {"wait_for_load": False, "follow_load": True},
         "pglocks": {},
     }
     if target.local is not None:
         selection["host"] = {}
+        selection["serverlog"] = {}
     if trace:
         selection["usdt"] = {}
     if profile:

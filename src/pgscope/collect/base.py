@@ -76,6 +76,9 @@ class CollectorContext:
     data_dir: Path | None
     server_version_num: int
     say: Callable[[str], None]  # a progress line for the user
+    # The postmasters of the target's standbys and extra instances (a run's topology): its
+    # processes too, where a collector counts the server's (host CPU).
+    other_postmasters: Callable[[], list[int]] = list
 
     @property
     def artifacts(self) -> Path:
@@ -105,6 +108,9 @@ class Collector(ABC):
     # pgscope did not start (every cluster of that binary pays a probe's traps): never by
     # default on a user's server.
     intrusive: ClassVar[bool] = False
+    # Runs only on clusters pgscope starts (it writes to the server): never selected for a
+    # user's server, nor listed by `run --plan` there.
+    embedded_only: ClassVar[bool] = False
     Options: ClassVar[type[BaseModel]] = NoOptions
 
     def __init__(self, options: BaseModel) -> None:

@@ -26,10 +26,11 @@ import duckdb
 import psycopg
 
 from pgscope.drive.loaduser import LoadUser
-from pgscope.drive.readonly import READ_ONLY_OPTION, guarded
+from pgscope.drive.readonly import guarded
 from pgscope.duck import connect
 from pgscope.errors import RefusedError, TargetError
 from pgscope.files import open_for_writing
+from pgscope.labels import READ_ONLY_OPTION
 from pgscope.proc import spawn, stop_process
 from pgscope.spec import Objective, ScriptRef
 from pgscope.target.conn import ConnParams

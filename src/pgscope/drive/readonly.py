@@ -27,9 +27,9 @@ from pathlib import Path
 
 from pgscope.drive.scriptlex import Command, read_script
 from pgscope.errors import RefusedError
+from pgscope.labels import READ_ONLY_OPTION
 from pgscope.target.conn import ConnParams
 
-READ_ONLY_OPTION = "-c default_transaction_read_only=on"
 # What the server must answer, asked in a session opened as pgbench opens its own.
 _GUARD_SETTINGS = ("default_transaction_read_only", "transaction_read_only")
 _READ_ONLY_SETTINGS = frozenset(_GUARD_SETTINGS)

@@ -44,6 +44,18 @@ WAIT_COLOURS = {
 }
 CLIENTS_TITLE = "clients (pgbench connections)"
 TPS_TITLE = "throughput (transactions/s)"
+# An observation's words: its windows' concurrency and the server's commits, no load generator.
+SESSIONS_TITLE = "client sessions (concurrency, each window's)"
+COMMITS_TITLE = "throughput (commits/s)"
+
+
+def _titles(result: RunAnalysis) -> tuple[str, str, str]:
+    """(the clients axis's title, the throughput axis's, what one measurement is)."""
+    if result.observation is not None:
+        return SESSIONS_TITLE, COMMITS_TITLE, "each window"
+    return CLIENTS_TITLE, TPS_TITLE, "each repeat"
+
+
 LAYOUT = {
     "template": "plotly_white",
     "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
@@ -86,6 +98,7 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
     variants = result.scalability.variants()
     if len({c.clients for c in result.scalability.cells}) < 2:
         return None
+    clients_title, tps_title, each = _titles(result)
     fig = go.Figure()
     for i, variant in enumerate(variants):
         colour = _colour(i)
@@ -96,7 +109,7 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 y=[s.tps for s in steps],
                 mode="markers",
                 marker={"color": colour, "opacity": 0.35, "size": 7},
-                name=f"{variant}: each repeat",
+                name=f"{variant}: {each}",
                 legendgroup=variant,
             )
         )
@@ -149,9 +162,10 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 line={"color": colour, "dash": "dot", "width": 1},
                 annotation_text=f"N*≈{fit.n_star:.1f}",
             )
-    fig.update_xaxes(**_clients_axis(result.scalability.cells))
-    fig.update_yaxes(title=TPS_TITLE, rangemode="tozero")
-    return _figure(fig, "Throughput vs clients")
+    fig.update_xaxes(**_clients_axis(result.scalability.cells, clients_title))
+    fig.update_yaxes(title=tps_title, rangemode="tozero")
+    observed = result.observation is not None
+    return _figure(fig, "Throughput vs concurrency" if observed else "Throughput vs clients")
 
 
 def latency(result: RunAnalysis) -> dict[str, Any] | None:
@@ -223,9 +237,10 @@ def waits_vs_clients(result: RunAnalysis, variant: str) -> dict[str, Any] | None
             )
         )
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(**_clients_categories(profiles))
+    fig.update_xaxes(**_clients_categories(profiles, _titles(result)[0]))
     fig.update_yaxes(title="share of active time (%)", range=[0, 100])
-    return _figure(fig, f"Where active time goes, by client count ({variant})")
+    by = "concurrency" if result.observation is not None else "client count"
+    return _figure(fig, f"Where active time goes, by {by} ({variant})")
 
 
 MANY_STEPS = 24  # beyond, the timeline's step bands go unlabelled, drawn in one pass
@@ -265,12 +280,25 @@ def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any]
     observation's windows, slices of one workload, and its lines run on across them."""
     if series is None or not series.tps:
         return None
-    rows = 3 if series.aas else 2
+    # A panel per series that has points: an observation measures no latency (no p95 panel
+    # left empty), and its throughput is the server's commits, not a load generator's tps.
+    lines = [
+        (
+            series.tps,
+            PALETTE[0],
+            "commits/s" if observed else "tps",
+            "commits/s (pg_stat_database)" if observed else "tps (transactions/s)",
+        )
+    ]
+    if series.p95_ms:
+        lines.append((series.p95_ms, PALETTE[1], "p95 ms", "p95 latency (ms)"))
+    titles = [title for *_, title in lines]
+    if series.aas:
+        titles.append("active sessions (AAS)")
+    rows = len(titles)
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06)
     gaps = [] if observed else _step_gaps(series.steps)
-    for row, (points, colour, name) in enumerate(
-        ((series.tps, PALETTE[0], "tps"), (series.p95_ms, PALETTE[1], "p95 ms")), start=1
-    ):
+    for row, (points, colour, name, _) in enumerate(lines, start=1):
         xs, ys = _broken_line(points, gaps)
         fig.add_trace(
             go.Scatter(x=xs, y=ys, mode="lines", line={"color": colour, "width": 1}, name=name),
@@ -289,11 +317,12 @@ def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any]
                 name=f"AAS {cls}",
                 line={"width": 0.5, "color": WAIT_COLOURS.get(cls)},
             ),
-            row=3,
+            row=rows,
             col=1,
         )
     _step_bands(fig, series)
     _own_checkpoints(fig, series)
+    _checkpoints_in_progress(fig, series)
     for t, kind, label in series.markers:
         if kind in ("checkpoint-start", "action", "outlier"):
             colour = "#dc2626" if kind == "outlier" else "#111827"
@@ -312,11 +341,46 @@ def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any]
                 xanchor="right",
                 yanchor="top",
             )
-    titles = ("tps (transactions/s)", "p95 latency (ms)", "active sessions (AAS)")
-    for row, title in enumerate(titles[:rows], start=1):
+    for row, title in enumerate(titles, start=1):
         fig.update_yaxes(title=title, rangemode="tozero", row=row, col=1)
-    fig.update_xaxes(title="time since the run started (s)", row=rows, col=1)
+    started = "the observation" if observed else "the run"
+    fig.update_xaxes(title=f"time since {started} started (s)", row=rows, col=1)
     return _figure(fig, "Timeline", height=260 * rows)
+
+
+CHECKPOINT_COLOUR = "#f59e0b"
+
+
+def _checkpoints_in_progress(fig: go.Figure, series: Series) -> None:
+    """Each checkpoint in progress as a shaded stretch of the throughput panel, one legend
+    entry for all: what the server was doing beside the workload, as long as it lasted (a
+    spread checkpoint takes minutes; a line at its start would say nothing of that)."""
+    spans = [(a, b, label) for a, b, kind, label in series.spans if kind == "checkpoint"]
+    if not spans:
+        return
+    top = max((v for _, v in series.tps), default=1.0) or 1.0
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    texts: list[str] = []
+    for start, end, label in spans:
+        xs += [start, start, end, end, start, None]
+        ys += [0.0, top, top, 0.0, 0.0, None]
+        texts += [html.escape(label)] * 6
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            text=texts,
+            mode="lines",
+            fill="toself",
+            fillcolor="rgba(245, 158, 11, 0.15)",
+            line={"color": CHECKPOINT_COLOUR, "width": 0.5},
+            name="checkpoint in progress",
+            hovertemplate="%{text}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
 
 
 def _step_bands(fig: go.Figure, series: Series) -> None:
@@ -427,6 +491,26 @@ def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
             who = f"requested: {ckpt.flags_text}"[:32]
         else:  # the server's own reasons: time, wal, shutdown ...
             who = f"server: {ckpt.flags_text}"[:32]
+        if ckpt.total_ns:
+            # The whole checkpoint beneath its phases: a spread checkpoint is minutes long
+            # and its traced phases milliseconds (issue 30: 272 s drawn as 31 ms of phases).
+            phases_ms = ckpt.phases_ns / 1e6
+            fig.add_trace(
+                go.Bar(
+                    y=[f"#{i + 1} {who}"],
+                    x=[ckpt.total_ns / 1e6],
+                    base=[0],
+                    orientation="h",
+                    name="whole checkpoint",
+                    legendgroup="whole checkpoint",
+                    showlegend=i == 0,
+                    marker={"color": "rgba(156, 163, 175, 0.35)"},
+                    hovertemplate=(
+                        f"whole checkpoint: {ckpt.total_ns / 1e9:,.1f} s; its traced phases "
+                        f"{phases_ms:,.1f} ms<extra></extra>"
+                    ),
+                )
+            )
         for phase in ckpt.phases:
             fig.add_trace(
                 go.Bar(
@@ -472,25 +556,25 @@ def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
     return _figure(fig, "Checkpoint phases (kernel-side tracing)")
 
 
-def _clients_categories(cells: list[Any]) -> dict[str, Any]:
+def _clients_categories(cells: list[Any], title: str = CLIENTS_TITLE) -> dict[str, Any]:
     """Client counts as categories, in numeric order: the axis shows the counts measured and
     nothing between them (plotly's own numeric ticks put 1.2, 1.4 … between two counts)."""
     measured = sorted({c.clients for c in cells})
     return {
-        "title": CLIENTS_TITLE,
+        "title": title,
         "type": "category",
         "categoryorder": "array",
         "categoryarray": [str(n) for n in measured],
     }
 
 
-def _clients_axis(cells: list[Any]) -> dict[str, Any]:
+def _clients_axis(cells: list[Any], title: str = CLIENTS_TITLE) -> dict[str, Any]:
     """The throughput chart's clients axis: numeric, because the USL curve and its band are
     a function of clients between the counts measured (as categories, 1, 2, 4, 8 would sit
     at equal distances and bend the curve), but ticked at the measured counts only."""
     measured = sorted({c.clients for c in cells})
     return {
-        "title": CLIENTS_TITLE,
+        "title": title,
         "type": "linear",
         "tickmode": "array",
         "tickvals": measured,

@@ -23,6 +23,7 @@ from pgscope.render.capacity import COLUMNS, cell_row
 from pgscope.render.console import step_problem
 from pgscope.render.flame import flame_page
 from pgscope.render.variants import evidence_table
+from pgscope.render.waits import background_lines
 from pgscope.words import human_bytes, n_clients
 
 
@@ -171,7 +172,8 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
                 *(analysis.capacity.objectives if analysis.capacity else []),
             ],
             cells=analysis.scalability.cells,
-            step_rows=_step_rows(analysis),
+            # An observation's windows are no pgbench steps: their figures are in Windows.
+            step_rows=_step_rows(analysis) if analysis.observation is None else [],
             wait_charts=list(wait_charts),
             accounts=[
                 (f"account-{i}", heading(a), tree_lines(a), a.closed)
@@ -179,6 +181,7 @@ def report_html(analysis: RunAnalysis, offered: Mapping[str, str] | None = None)
                 if f"account-{i}" in figures
             ],
             waits=waits,
+            background=background_lines(waits) if waits else [],
             sampler_line=(
                 f"{waits.overall.samples:,} samples at {rate.achieved_hz:.1f} Hz "
                 f"(aimed at {rate.target_hz:g}); reading the status array took "

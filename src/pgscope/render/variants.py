@@ -73,13 +73,7 @@ def print_variants(console: Console, result: RunAnalysis) -> None:
             table.add_column(name, justify="left" if name == "variant" else "right")
         for c in comparisons:
             ci = f"{c.ci95_pct[0]:+.1f}% … {c.ci95_pct[1]:+.1f}%" if c.ci95_pct else "n/a"
-            verdict = (
-                "beyond noise"
-                if c.significant
-                else "within noise"
-                if c.ci95_pct
-                else "too few repeats"
-            )
+            verdict = c.judgement
             table.add_row(
                 c.variant,
                 str(c.clients),

@@ -85,16 +85,32 @@ def queries_table(queries: list[QueryProfile], limit: int = 5) -> Table:
     table.add_column("top wait (share of the query's time)")
     table.add_column("query")
     for q in queries[:limit]:
-        # No id: pg_stat_activity showed none for the session when sampled (not executing a
-        # statement's plan, or no id computed); no text: the id is not in pg_stat_statements.
-        fallback = f"query_id {q.query_id}" if q.query_id is not None else "(no query id)"
-        text = " ".join((q.query or fallback).split())
+        # No id: the analysis named what it was (a COMMIT, the statement's text as sampled,
+        # or that nothing tells); no text: the id is not in pg_stat_statements.
+        text = " ".join((q.query or f"query_id {q.query_id}").split())
         table.add_row(
             _pct(q.share),
             f"{q.top_wait} {q.top_wait_share:.0%}",
             Text(text[:70] + ("…" if len(text) > 70 else "")),
         )
     return table
+
+
+def background_lines(analysis: WaitAnalysis) -> list[str]:
+    """What the server's own processes did beside the workload, in a line each (none when
+    they did nothing the samples caught): never part of the workload's active time."""
+    lines = []
+    for b in analysis.background[:6]:
+        waits = ", ".join(f"{w} {share:.0%}" for w, share in b.waits)
+        lines.append(f"{b.backend_type}: {b.busy:.2f} at work on average ({waits})")
+    spans = analysis.checkpoints
+    if spans:
+        seconds = sum((c.end_us - c.start_us) / 1e6 for c in spans)
+        lines.append(
+            f"checkpoints in progress: {len(spans)}, {seconds:,.1f} s in all "
+            f"(the longest {max((c.end_us - c.start_us) / 1e6 for c in spans):,.1f} s)"
+        )
+    return lines
 
 
 def print_waits(console: Console, analysis: WaitAnalysis, variants: list[str]) -> None:
@@ -124,6 +140,13 @@ def print_waits(console: Console, analysis: WaitAnalysis, variants: list[str]) -
         + (f"; client sessions: {states}" if states else ""),
         highlight=False,
     )
+    beside = background_lines(analysis)
+    if beside:
+        console.print(
+            "the server's own processes, beside the workload (not its active time): "
+            + "; ".join(beside),
+            highlight=False,
+        )
     comparison = analysis.versus_pgws
     if comparison is not None:
         console.print(
@@ -135,7 +158,7 @@ def print_waits(console: Console, analysis: WaitAnalysis, variants: list[str]) -
 
 def live_view(
     analysis: WaitAnalysis | None,
-    elapsed: float,
+    elapsed: float | None,
     duration: float,
     window_s: float,
     command: str = "sample",
@@ -143,11 +166,10 @@ def live_view(
 ) -> RenderableType:
     """The top-like view of `pgscope sample --live` and `observe --live`, over the last
     `window_s` seconds; `leading`: the finding the rules rank first over them (a string
-    when there is none), shown under the header when given."""
-    header = Text(
-        f"pgscope {command}  {elapsed:4.0f}/{duration:.0f} s   last {window_s:.0f} s",
-        style="bold",
-    )
+    when there is none), shown under the header when given. `elapsed` None: the collectors
+    are still starting (the sampler may be sampling already)."""
+    clock = "starting" if elapsed is None else f"{elapsed:4.0f}/{duration:.0f} s"
+    header = Text(f"pgscope {command}  {clock}   last {window_s:.0f} s", style="bold")
     if analysis is None or not analysis.overall.samples:
         return Group(header, Text("waiting for samples…"))
     profile = analysis.overall

@@ -48,6 +48,11 @@ def run_steps(ctx: RunContext, env: CollectorEnv) -> None:
         data_dir=cluster.data_dir if cluster is not None else None,
         server_version_num=version_num,
         say=reporter.phase,
+        other_postmasters=lambda: [
+            pid
+            for other in (*ctx.servers.standbys, *ctx.servers.instances)
+            if (pid := other.postmaster_pid) is not None
+        ],
     )
     scripts = tuple(ctx.loaded.scripts())
     state = _Prepared()

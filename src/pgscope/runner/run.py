@@ -225,9 +225,15 @@ def run_selection(
     is not the user's (a received run folder's spec.toml under `run --again`), and names
     none of those on their server: only their own --collectors does."""
     selection = spec.collector_selection()
+    known = registry()
+    if on_users_server and spec.collectors is None:
+        # Those that run only on clusters pgscope starts (they write to the server) are no
+        # default on a user's: `--plan` listed the WAL probe, which the run then called
+        # unavailable. Named by the user, the run says why not.
+        for name in [n for n in selection if n in known and known[n].embedded_only]:
+            del selection[name]
     if not on_users_server or (spec.collectors is not None and own):
         return selection
-    known = registry()
     for name in [n for n in selection if n in known and known[n].intrusive]:
         del selection[name]
         if spec.collectors is not None:

@@ -25,9 +25,10 @@ import duckdb
 # plans, and the lock and its holder behind each blocked session; 7 the server's identity in
 # `run` (system identifier, host, port: what a central repository files a run under); 8
 # open-loop steps (the steps' offered rate, schedule lag, skipped, late and served
-# transactions; step_objectives; the seconds' lag and skipped). Collectors' tables are
+# transactions; step_objectives; the seconds' lag and skipped); 9 the text of what a session
+# ran without a query id (activity_samples.command). Collectors' tables are
 # created when a collector starts: a run without one has none, whatever the version.
-STORE_VERSION = 8
+STORE_VERSION = 9
 TYPES = frozenset({"BIGINT", "INTEGER", "SMALLINT", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 

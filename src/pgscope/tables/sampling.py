@@ -18,6 +18,11 @@ TABLES = (
         "datname VARCHAR",
         "usename VARCHAR",
         "application_name VARCHAR",
+        # What a client session running without a query id ran (its statement's text, its
+        # first 200 characters: a COMMIT, a utility statement, a statement sent with the
+        # extended protocol, which PostgreSQL 15-17 gives no id while it executes); NULL
+        # otherwise, and from the shared-memory source, which reads no text.
+        "command VARCHAR @9",
         series="ts_us",
     ),
     table(

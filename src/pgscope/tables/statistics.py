@@ -182,4 +182,15 @@ TABLES = (
         "flush_seconds DOUBLE",
         series="ts_us",
     ),
+    table(
+        "server_errors",
+        "serverlog",
+        "second_us BIGINT NOT NULL",
+        # serialization, deadlock, lock_timeout, statement_timeout, other
+        "kind VARCHAR NOT NULL",
+        "errors INTEGER NOT NULL",
+        "example VARCHAR",  # the first such message that second, its first 300 characters
+        since=9,
+        series="second_us",
+    ),
 )

@@ -67,7 +67,14 @@ class CellFacts:
         return {s.step_id for s in self.steps()}
 
     @property
+    def observed(self) -> bool:
+        """An observation's cell: windows of the server's own workload, no pgbench."""
+        return self.analysis.observation is not None
+
+    @property
     def where(self) -> str:
+        if self.observed:
+            return f"at {self.clients} session{'' if self.clients == 1 else 's'}"
         if self.rate is not None:
             return f"at {self.rate:,.0f} tps offered by {n_clients(self.clients)}"
         return f"at {n_clients(self.clients)}"

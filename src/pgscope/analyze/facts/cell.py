@@ -19,6 +19,14 @@ CLIENTS = FactKind(
 PREPARED = FactKind(
     "pgbench.prepared", "yes/no", "pgbench ran with -M prepared", "a run pgbench drove", ("spec",)
 )
+OBSERVED = FactKind(
+    "observed",
+    "yes/no",
+    "the load is a server's own workload, observed: pgscope drove none (advice about pgbench "
+    "does not apply)",
+    "an observation (pgscope observe)",
+    ("spec",),
+)
 
 
 class CellFamily(Family):
@@ -26,6 +34,20 @@ class CellFamily(Family):
     order = 0
 
     def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
+        if cell.observed:
+            # The server's commits over the windows at this concurrency, not a load
+            # generator's transactions.
+            sheet.add(TPS, cell.cell.tps_mean, f"commits/s {cell.where}", source="pgstats")
+            sheet.add(
+                CLIENTS,
+                cell.clients,
+                "the highest concurrency observed (client sessions)"
+                if cell.peak
+                else "the concurrency of these windows (client sessions)",
+                source="activity",
+            )
+            sheet.add(OBSERVED, 1.0, OBSERVED.label)
+            return
         sheet.add(TPS, cell.cell.tps_mean, f"mean tps {cell.where}")
         sheet.add(P95, cell.cell.p95_ms, f"p95 latency {cell.where}")
         sheet.add(

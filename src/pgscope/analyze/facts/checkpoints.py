@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 
 from pgscope.analyze.facts import CellFacts, FactKind, FactSheet, Family
+from pgscope.analyze.waits import covered
 
 NEEDS = "the usdt collector's checkpoint program and a checkpoint during steps"
 COUNT = FactKind(
@@ -43,11 +44,45 @@ BUFFERS_WRITTEN = FactKind(
 )
 
 
+IN_PROGRESS = FactKind(
+    "checkpoint.in_progress",
+    "share",
+    "share of the measured time a checkpoint was in progress (the server log's start and "
+    "end, or the checkpointer's samples): what the server did beside the workload",
+    "the activity collector (or the server log of a cluster pgscope starts)",
+    ("activity",),
+)
+
+
 class CheckpointFamily(Family):
     name = "checkpoints"
     order = 70
 
     def fill(self, sheet: FactSheet, cell: CellFacts) -> None:
+        self._in_progress(sheet, cell)
+        self._checkpoints(sheet, cell)
+
+    @staticmethod
+    def _in_progress(sheet: FactSheet, cell: CellFacts) -> None:
+        waits = cell.analysis.waits
+        if waits is None:
+            return
+        windows = [
+            (s.window_start_us, s.window_end_us)
+            for s in cell.steps()
+            if s.window_start_us is not None and s.window_end_us is not None
+        ]
+        measured = sum(end - start for start, end in windows)
+        if not measured:
+            return
+        inside = sum(covered(waits.checkpoints, a, b) * (b - a) for a, b in windows)
+        sheet.add(
+            IN_PROGRESS,
+            inside / measured,
+            f"share of the measured time a checkpoint was in progress {cell.where}",
+        )
+
+    def _checkpoints(self, sheet: FactSheet, cell: CellFacts) -> None:
         done = [
             item.checkpoint
             for item in cell.analysis.checkpoints.items

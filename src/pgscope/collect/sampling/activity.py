@@ -46,6 +46,7 @@ from pgscope.collect.base import (
 )
 from pgscope.collect.polling import PollingCollector
 from pgscope.collect.sampling import shmem
+from pgscope.collect.sampling.samplecost import cost_line
 from pgscope.errors import TargetError
 from pgscope.store import now_us
 from pgscope.target.conn import ConnParams
@@ -92,7 +93,11 @@ CROSS JOIN LATERAL (
     SELECT string_agg(concat(g.pid, E'\\x1f', g.backend_type, E'\\x1f', g.state, E'\\x1f',
                              g.wait_event_type, E'\\x1f', g.wait_event, E'\\x1f', g.query_id,
                              E'\\x1f', g.datid, E'\\x1f', g.usesysid, E'\\x1f',
-                             g.application_name), E'\\x1e') AS rows,
+                             g.application_name, E'\\x1f',
+                             CASE WHEN g.query_id IS NULL AND g.state = 'active'
+                                  AND g.backend_type = 'client backend'
+                             THEN translate(left(g.query, 200), E'\\x1e\\x1f', '  ') END),
+                      E'\\x1e') AS rows,
            array_agg(g.query_id || E'\\x1f' || g.query)
                FILTER (WHERE g.query_id <> ALL(%(known)s::bigint[])
                        AND g.query_id IS NOT NULL) AS texts,
@@ -114,13 +119,13 @@ WITH samples AS (
 SELECT ts_us, sample_no, f[1]::INTEGER, f[2], nullif(f[3], ''), nullif(f[4], ''),
        nullif(f[5], ''), nullif(f[6], '')::BIGINT,
        $db_names[list_position($db_oids, nullif(f[7], '')::BIGINT)],
-       $role_names[list_position($role_oids, nullif(f[8], '')::BIGINT)], f[9]
+       $role_names[list_position($role_oids, nullif(f[8], '')::BIGINT)], f[9], nullif(f[10], '')
 FROM (SELECT ts_us, sample_no,
              string_split(unnest(string_split(processes, chr(30))), chr(31)) AS f
       FROM samples WHERE processes IS NOT NULL)
 UNION ALL
 SELECT ts_us, sample_no, $own, 'client backend', 'active', NULL, NULL, NULL, NULL, NULL,
-       $application
+       $application, NULL
 FROM samples WHERE processes IS NULL
 """
 RATE_SQL = (
@@ -232,7 +237,7 @@ def check_rights(conn: ConnParams) -> Availability:
 class ActivityCollector(PollingCollector):
     name = "activity"
     summary = "wait-event samples of every session from pg_stat_activity, no extension"
-    cost = "~0.15 ms of CPU per sample, ~0.8% of one core at 50 Hz (docs/benchmarks.md)"
+    cost = cost_line()
     default_in_runs = True
     Options = ActivityOptions
     application_name = APPLICATION

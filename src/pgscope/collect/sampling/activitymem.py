@@ -95,15 +95,20 @@ FROM pg_stat_activity
 # sample), named through the lists given: each code is a 1-based position in its list, 0 for
 # none (DuckDB reads a list at 0 as NULL). Joining three tables in SQL instead cost twice as
 # much CPU per write.
-WRITE_SQL = """
-INSERT INTO activity_samples
+# The columns written, by name: shared memory holds no statement text (`command` NULL).
+COLUMNS = (
+    "(ts_us, sample_no, pid, backend_type, state, wait_event_type, wait_event, query_id, "
+    "datname, usename, application_name)"
+)
+WRITE_SQL = f"""
+INSERT INTO activity_samples {COLUMNS}
 SELECT ts_us, sample_no, pid, coalesce($m_type[m], $bt_name[bt]), $st_name[st], $w_type[w],
        $w_event[w], nullif(query_id, 0), $m_db[m], $m_user[m], $m_app[m]
 FROM _mem_rows
 """
 # A sample with no process kept: one row of the sampler's own, as the SQL sampler writes.
-EMPTY_SQL = """
-INSERT INTO activity_samples
+EMPTY_SQL = f"""
+INSERT INTO activity_samples {COLUMNS}
 SELECT unnest($ts_us), unnest($sample_no), $own, 'client backend', 'active', NULL, NULL, NULL,
        NULL, NULL, $application
 """

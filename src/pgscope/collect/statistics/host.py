@@ -6,10 +6,13 @@ Why: "CPU-bound" means the cores are busy, and it matters who keeps them busy. O
 host pgbench can take a third of the CPU, and then the client, not the server, is the limit;
 beside another workload, the server may have only a part of what looks saturated.
 
-The servers are every `postgres` process of the target's account (a topology's standbys
-too); processes shorter than a second (parallel workers, a connection per transaction) are
-counted through their postmaster, which holds their time once they exit. Behind a `--dsn`,
-the postmaster is the local one with the server's port and start time, where there is one.
+The server is the target's own process tree: its postmaster and every process it started (a
+topology's standbys and extra instances, each with their own tree, too), never another
+cluster that runs as the same account (issue 30: "CPU used by the cluster" counted every
+`postgres` process of the account, 65-85% here from other clusters). Processes shorter than a
+second (parallel workers, a connection per transaction) are counted through their
+postmaster, which holds their time once they exit. Behind a `--dsn`, the postmaster is the
+local one with the server's port and start time, where there is one.
 
 What it costs: reading /proc/stat and the stat files of the processes once a second (a few
 ms: one scan of /proc). Works as any user for processes of the same user, and as root for
@@ -79,6 +82,20 @@ def _processes() -> dict[int, _Process]:
 KTHREADD = 2  # the kernel's threads' parent: their work (I/O, journaling) serves every process
 
 
+def process_tree(processes: dict[int, _Process], roots: set[int]) -> set[int]:
+    """`roots` and every process descended from one of them."""
+    children: dict[int, list[int]] = {}
+    for pid, process in processes.items():
+        children.setdefault(process.parent, []).append(pid)
+    tree, pending = set(roots), list(roots)
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in tree:
+                tree.add(child)
+                pending.append(child)
+    return tree
+
+
 class HostOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -102,6 +119,7 @@ class HostCollector(ThreadCollector):
 
     options: HostOptions
     postmaster: Callable[[], int | None]  # the target's postmaster, found for a --dsn too
+    topology: Callable[[], list[int]]  # the postmasters of its standbys and instances
     roots: set[int]  # the postmasters seen at the last second
     reaped: int  # their own ticks and their exited children's, then
     children: set[int]  # their children then
@@ -115,6 +133,7 @@ class HostCollector(ThreadCollector):
     def prepare(self, ctx: CollectorContext) -> None:
         ctx.store.create_tables(self.name)
         self.postmaster = ctx.postmaster_pid
+        self.topology = ctx.other_postmasters
         if ctx.postmaster_pid() is None and ctx.env.target_kind == "server":
             # A --dsn names no process: without its postmaster, the server's own processes
             # would count as other processes' (a local server, measured: 99% of the host).
@@ -133,18 +152,17 @@ class HostCollector(ThreadCollector):
         """Ticks used since the last call by the database servers, pgbench, pgscope and the
         other user-space processes.
 
-        The servers are every `postgres` process of the target's account (a topology's
-        standbys too, and other clusters of that account). A process that lived less than the
-        interval (a parallel worker, the backend of a connection per transaction) is never
-        seen alive: its postmaster, which waits for its children, holds its time (cutime),
-        less what was counted while it was seen alive. pgscope is this process (the
-        collectors' threads) and the tracers and profilers it started."""
+        The servers are the target's postmaster and its descendants (and those of a
+        topology's standbys and instances): another cluster of the same account is other
+        processes'. A process that lived less than the interval (a parallel worker, the
+        backend of a connection per transaction) is never seen alive: its postmaster, which
+        waits for its children, holds its time (cutime), less what was counted while it was
+        seen alive. pgscope is this process (the collectors' threads) and the tracers and
+        profilers it started."""
         processes = _processes()
         me = os.getpid()
-        postmaster = self.postmaster()
-        owner = processes[postmaster].uid if postmaster in processes else None
-        servers = {pid for pid, p in processes.items() if p.name == "postgres" and p.uid == owner}
-        roots = {pid for pid in servers if processes[pid].parent not in servers}
+        roots = {pid for pid in (self.postmaster(), *self.topology()) if pid in processes}
+        servers = process_tree(processes, roots)
         children = servers - roots
         clients = {pid for pid, p in processes.items() if p.parent == me and p.name == "pgbench"}
         own = {me} | {pid for pid, p in processes.items() if p.parent == me} - clients - servers

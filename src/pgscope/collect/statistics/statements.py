@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -55,6 +56,7 @@ from pgscope.collect.statistics.plancapture import SETTINGS as PLAN_SETTINGS
 from pgscope.collect.statistics.plancapture import PlanCapture
 from pgscope.errors import TargetError
 from pgscope.store import RunStore, now_us
+from pgscope.target.conn import ConnParams
 
 APPLICATION_NAME = "pgscope-statements"
 
@@ -94,29 +96,50 @@ STATEMENT_COLUMNS: dict[str, tuple[str, ...]] = {
     "jit_functions": ("jit_functions",),
 }
 JIT_TIMES = ("jit_inlining_time", "jit_optimization_time", "jit_emission_time")
+# The view's columns a reading keeps that add up (counts and times), by their view names.
+_SUMMED = frozenset(
+    name for names in STATEMENT_COLUMNS.values() for name in names if name != "toplevel"
+) | frozenset(JIT_TIMES)
 
 # The third column marks pgscope's own statements, which its sessions cannot keep out of
 # pg_stat_statements where the role may not set pg_stat_statements.track (a pg_monitor role on
 # a user's server): those its sessions run at the moment of the reading, this one and the
 # activity sampler's batch above all (its pg_sleep makes its execution time the wall clock:
 # on a quiet server it would be the statement with the most execution time).
+# The statements of the databases read (`%(databases)s`: the connection's own, or the busy
+# ones an observation found), from the one database whose pg_stat_statements view is read.
 STATEMENTS_SQL = """
 WITH own AS (
   SELECT query_id FROM pg_stat_activity
-  WHERE application_name LIKE 'pgscope%' AND query_id IS NOT NULL
+  WHERE application_name LIKE 'pgscope%%' AND query_id IS NOT NULL
 )
 SELECT s.queryid, row_to_json(s)::text, s.queryid IN (SELECT query_id FROM own)
 FROM pg_stat_statements(false) s
-WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+WHERE s.dbid IN (SELECT oid FROM pg_database WHERE datname = ANY(%(databases)s))
   AND s.queryid IS NOT NULL
 """
 # pg_stat_statements(false) skips reading the texts' file; texts are read once per new id
 # (a statement run both at top level and nested has one id and one text).
 TEXTS_SQL = """
 SELECT DISTINCT ON (queryid) queryid, left(query, 2000) FROM pg_stat_statements(true)
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND queryid = ANY(%s)
+WHERE dbid IN (SELECT oid FROM pg_database WHERE datname = ANY(%(databases)s))
+  AND queryid = ANY(%(ids)s)
 """
+# Which databases client sessions are busy in (not idle: running a statement, or inside a
+# transaction), pgscope's own left out: one look of up to BUSY_LOOKS, BUSY_LOOK_S apart.
+BUSY_SQL = """
+SELECT datname, count(*) FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND state IS DISTINCT FROM 'idle' AND datname IS NOT NULL
+  AND pid <> pg_backend_pid() AND coalesce(application_name, '') NOT LIKE 'pgscope%'
+GROUP BY datname
+"""
+BUSY_LOOKS = 5
+BUSY_LOOK_S = 0.1
+# Looks that found the same busy databases in a row: enough to stop looking.
+BUSY_AGREED = 3
+# A database whose sessions were busy in fewer looks than this share of the busiest's is
+# not among the busy ones (a stray session of a tool).
+BUSY_SHARE = 0.1
 
 # A relation's name as pgscope writes it: `name` in public, `schema.name` elsewhere.
 _NAME = (
@@ -197,6 +220,61 @@ EXPLAINED_PER_STEP = 3
 # Statements whose plan EXPLAIN shows without running them (a normalised text: $1, $2 ...).
 _EXPLAINABLE = re.compile(r"^\s*(select|with|update|delete|insert)\b", re.IGNORECASE)
 _PARAMETER = re.compile(r"\$(\d+)")
+# A typed literal (`interval '1 day'`, `date '2026-01-01'`) whose string pg_stat_statements
+# replaced with a parameter: `interval $2` is no SQL PREPARE accepts ("syntax error at or near
+# $2"), so the plan of a statement holding one was never stored. Written as the cast it is.
+_FIELDS = r"(?:year|month|day|hour|minute|second)"
+_TYPED_PARAMETER = re.compile(
+    r"(?<![\w.\"$])(?P<type>"
+    r"interval(?:\s*\(\s*\d+\s*\))?|date|timestamptz|timetz"
+    r"|(?:timestamp|time)(?:\s*\(\s*\d+\s*\))?(?:\s+with(?:out)?\s+time\s+zone)?"
+    r"|numeric|decimal|integer|int[248]?|bigint|smallint|real|float[48]|double\s+precision"
+    r"|boolean|bool|text|varchar|char|uuid|jsonb?|inet|cidr|macaddr8?|bytea|money|xml"
+    r"|tsquery|tsvector|oid|regclass|point)"
+    r"\s+\$(?P<n>\d+)"
+    rf"(?P<fields>\s+{_FIELDS}(?:\s+to\s+{_FIELDS})?(?:\s*\(\s*\d+\s*\))?)?(?![\w$])",
+    re.IGNORECASE,
+)
+
+
+def preparable(text: str) -> str:
+    """A normalised statement as PREPARE reads it: each typed literal whose constant became a
+    parameter (`interval $2`, `interval $1 day`, `date $3`) as the cast it stands for
+    (`CAST($2 AS interval)`). Quoted text and identifiers are left as they are."""
+    out, last = [], 0
+    for start, end, quoted in _quoted_spans(text):
+        if quoted:
+            continue
+        out.append(text[last:start])
+        out.append(_TYPED_PARAMETER.sub(_cast, text[start:end]))
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+_QUOTED = re.compile(
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$[A-Za-z_]*\$).*?\1|--[^\n]*|/\*.*?\*/", re.S
+)
+
+
+def _cast(match: re.Match[str]) -> str:
+    fields = f" {' '.join(match['fields'].split())}" if match["fields"] else ""
+    return f"CAST(${match['n']} AS {' '.join(match['type'].split())}{fields})"
+
+
+def _quoted_spans(text: str) -> list[tuple[int, int, bool]]:
+    """`text` cut into (start, end, quoted) spans: '...', "...", $tag$...$tag$ and comments
+    quoted, the rest not."""
+    spans, i, plain = [], 0, 0
+    while (match := _QUOTED.search(text, i)) is not None:
+        if match.group(0).startswith("$") and not match.group(1):
+            i = match.start() + 1
+            continue
+        spans.append((plain, match.start(), False))
+        spans.append((match.start(), match.end(), True))
+        i = plain = match.end()
+    spans.append((plain, len(text), False))
+    return spans
 
 
 class StatementsOptions(BaseModel):
@@ -214,6 +292,13 @@ class StatementsOptions(BaseModel):
     )
     plans_per_s: float = Field(
         5.0, gt=0, le=100, description="statements sampled a second, about, for their plans"
+    )
+    follow_load: bool = Field(
+        False,
+        description="read the statements and tables of the databases the client sessions are "
+        "busy in (found by looking at pg_stat_activity at the start, for half a second at "
+        "most, and at each window's edge until some are), not the connection's: a server "
+        "pgscope does not drive (observe --data-dir connects to database postgres)",
     )
 
 
@@ -270,6 +355,12 @@ class StatementsCollector(Collector):
         self.ctx = ctx
         self.store: RunStore = ctx.store
         ctx.store.create_tables(self.name)
+        # Where the readings come from: the connection's database, or where the load is.
+        self.conn = ctx.conn
+        self.databases: list[str] = []  # whose statements are read; tables: conn's
+        self.followed = False  # a busy database was found (follow_load)
+        if self.options.follow_load:
+            self._follow(busy_databases(ctx.conn))
         self.known_texts: dict[int, str] = {}
         self.explained: set[int] = set()
         self.own: set[int] = set()  # pgscope's own statements, as seen so far
@@ -277,7 +368,10 @@ class StatementsCollector(Collector):
         self.explain = ctx.env.target_kind == "embedded"
         self.known_indexes: set[tuple[str, str]] = set()
         self.plans: PlanCapture | None = None
-        with ctx.conn.connect(application_name=APPLICATION_NAME) as session:
+        with self.conn.connect(application_name=APPLICATION_NAME) as session:
+            if not self.databases:
+                row = session.execute("SELECT current_database()").fetchone()
+                self.databases = [str(row[0])] if row else []
             if ctx.env.target_kind == "embedded":
                 try:
                     session.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -291,16 +385,17 @@ class StatementsCollector(Collector):
                 self.plans = _plan_capture(session, ctx, self.options.plans_per_s)
         if not self.statements:
             ctx.say(
-                "statements: pg_stat_statements is not installed in the target database; "
-                "query-level findings will not be assessed (CREATE EXTENSION "
-                "pg_stat_statements, with it in shared_preload_libraries)"
+                f"statements: pg_stat_statements is not installed in database "
+                f"{self.databases[0]}; query-level findings will not be assessed (CREATE "
+                f"EXTENSION pg_stat_statements there, with it in shared_preload_libraries)"
             )
         self.store.add_event(
             "statements",
             "pg_stat_statements read" if self.statements else "pg_stat_statements absent",
             None,
         )
-        with ctx.conn.connect(application_name=APPLICATION_NAME) as session:
+        self._said_databases()
+        with self.conn.connect(application_name=APPLICATION_NAME) as session:
             counting = dict(session.execute(COUNTING_SQL).fetchall())
         counting["plans sampled"] = "on" if self.plans is not None else "off"
         self.store.add_event("statements-settings", json.dumps(counting), None)
@@ -314,10 +409,51 @@ class StatementsCollector(Collector):
         self._reading([(step.step_id, "end")])
 
     def window_edge(self, ending: StepInfo, starting: StepInfo) -> None:
-        """One reading ends a window and begins the next: the windows share its instant."""
+        """One reading ends a window and begins the next: the windows share its instant. An
+        observation whose sessions were busy nowhere yet looks again: found, the window
+        ends with a reading where it was read, the next begins with one where the load is."""
         self._plans_finished(ending.step_id)
+        if self.options.follow_load and not self.followed:
+            busy = busy_databases(self.ctx.conn, looks=1)
+            if busy and busy != self.databases:
+                self._reading([(ending.step_id, "end")])
+                self._follow(busy)
+                self.store.add_event(
+                    "statements",
+                    "pg_stat_statements read" if self.statements else "pg_stat_statements absent",
+                    None,
+                )
+                self._said_databases()
+                self._reading([(starting.step_id, "start")])
+                self._plans_started()
+                return
         self._reading([(ending.step_id, "end"), (starting.step_id, "start")])
         self._plans_started()
+
+    def _follow(self, busy: list[str]) -> None:
+        """Read the busy databases from now on: their statements through the busiest one's
+        pg_stat_statements (it shows every database's), tables in the busiest."""
+        if not busy:
+            return
+        there = replace(self.ctx.conn, params={**self.ctx.conn.params, "dbname": busy[0]})
+        try:
+            with there.connect(application_name=APPLICATION_NAME) as session:
+                self.statements = _has_statements(session)
+        except TargetError as exc:  # the role may not connect there (CONNECT revoked)
+            self.ctx.say(f"statements: the load runs in database {busy[0]}, not readable: {exc}")
+            self.followed = True  # looked for, found, not readable: not asked again
+            return
+        self.followed = True
+        self.databases, self.conn = busy, there
+
+    def _said_databases(self) -> None:
+        """Which databases the statements and tables are read in, for the report."""
+        if self.options.follow_load:
+            found = "busy" if self.followed else "no session busy yet: the connection's"
+            self.store.add_event(
+                "statements-database",
+                json.dumps({"read": self.databases, "tables": self.databases[0], "how": found}),
+            )
 
     def _plans_started(self) -> None:
         self.step_started_us = now_us()
@@ -332,15 +468,20 @@ class StatementsCollector(Collector):
         """One reading of the statements, tables and functions, stored once per (step, mark)
         it stands for."""
         ending = [step_id for step_id, mark in marks if mark == "end"]
-        with self.ctx.conn.connect(application_name=APPLICATION_NAME) as session:
+        databases = {"databases": self.databases}
+        with self.conn.connect(application_name=APPLICATION_NAME) as session:
             if ending and self.options.wait_for_load:
                 _wait_for_clients_to_leave(session)
             ts = now_us()
             tables = session.execute(TABLES_SQL).fetchall()
             functions = session.execute(FUNCTIONS_SQL).fetchall()
-            statements = session.execute(STATEMENTS_SQL).fetchall() if self.statements else []
+            statements = (
+                _per_statement(session.execute(STATEMENTS_SQL, databases).fetchall())
+                if self.statements
+                else []
+            )
             new = list({int(q) for q, _, _ in statements if int(q) not in self.known_texts})
-            texts = session.execute(TEXTS_SQL, [new]).fetchall() if new else []
+            texts = session.execute(TEXTS_SQL, {**databases, "ids": new}).fetchall() if new else []
             indexes = session.execute(INDEXES_SQL).fetchall() if ending else []
         for step_id, mark in marks:
             self._store_reading(step_id, mark, ts, tables, functions, statements)
@@ -451,6 +592,50 @@ class StatementsCollector(Collector):
         return None
 
 
+def busy_databases(conn: ConnParams, looks: int = BUSY_LOOKS) -> list[str]:
+    """The databases client sessions are busy in, busiest first: up to `looks` looks at
+    pg_stat_activity, BUSY_LOOK_S apart (fewer once BUSY_AGREED in a row found the same
+    ones); none where no session was busy."""
+    counts: dict[str, int] = {}
+    agreed, last = 0, None
+    with conn.connect(application_name=APPLICATION_NAME) as session:
+        for look in range(looks):
+            found = dict(session.execute(BUSY_SQL).fetchall())
+            for datname, busy in found.items():
+                counts[str(datname)] = counts.get(str(datname), 0) + int(busy)
+            agreed = agreed + 1 if found and set(found) == last else 1
+            last = set(found)
+            if agreed >= BUSY_AGREED:
+                break
+            if look < looks - 1:
+                time.sleep(BUSY_LOOK_S)
+    top = max(counts.values(), default=0)
+    return sorted(
+        (d for d, n in counts.items() if n and n >= BUSY_SHARE * top),
+        key=lambda d: (-counts[d], d),
+    )
+
+
+def _per_statement(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """pg_stat_statements' rows summed per (query id, top level): the view keeps a row per
+    role and database running a statement, and a reading that kept them apart would pair
+    each start row with every end row of the same id (counting them twice, four times...)."""
+    merged: dict[tuple[int, Any], tuple[dict[str, Any], bool]] = {}
+    for queryid, payload, own in rows:
+        row = json.loads(payload)
+        key = (int(queryid), row.get("toplevel"))
+        if key not in merged:
+            merged[key] = (row, bool(own))
+            continue
+        kept, kept_own = merged[key]
+        for name in _SUMMED:
+            value, before = row.get(name), kept.get(name)
+            if isinstance(value, int | float) and isinstance(before, int | float):
+                kept[name] = before + value
+        merged[key] = (kept, kept_own or bool(own))
+    return [(q, json.dumps(row), own) for (q, _), (row, own) in merged.items()]
+
+
 def _plan_capture(
     session: psycopg.Connection[Any], ctx: CollectorContext, plans_per_s: float
 ) -> PlanCapture | None:
@@ -476,7 +661,7 @@ def _generic_plan(session: psycopg.Connection[Any], text: str) -> tuple[str | No
     count = max((int(n) for n in _PARAMETER.findall(text)), default=0)
     arguments = f"({', '.join(['NULL'] * count)})" if count else ""
     try:
-        session.execute(f"PREPARE pgscope_plan AS {text}")
+        session.execute(f"PREPARE pgscope_plan AS {preparable(text)}")
         try:
             row = session.execute(
                 f"EXPLAIN (FORMAT JSON) EXECUTE pgscope_plan{arguments}"

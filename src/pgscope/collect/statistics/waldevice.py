@@ -116,6 +116,7 @@ class WalDeviceCollector(Collector):
     summary = "how fast the server alone writes and flushes WAL, probed once before the load"
     cost = "up to 33 MiB of WAL once per run, 0.1-0.6 s (clusters pgscope starts)"
     default_in_runs = True
+    embedded_only = True
 
     @classmethod
     def check(cls, env: CollectorEnv) -> Availability:
