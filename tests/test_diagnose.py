@@ -490,3 +490,29 @@ def test_failures_the_server_logged_supersede_its_rollbacks() -> None:
     assert findings[0].title == "Transactions fail: serialization failures"
     quiet = {f.id for f in diagnose([sheet(xact__rollback_share=0.02)]).findings}
     assert not quiet & {"rollbacks", "failing-transactions"}, quiet
+
+
+# What a load generator's words are; an observation's reader meets none of them.
+PGBENCH_WORDS = re.compile(r"pgbench|\btps\b|transactions/s|each repeat|\brepeats?\b", re.I)
+
+
+def test_an_observations_reader_meets_no_word_of_a_load_generator() -> None:
+    """What a rule can tell about an observed workload (issue 30: "tps would not rise" in the
+    observe report's refutation): its title, the refutation it gives an observation, and every
+    piece of advice not left out where `observed` holds, its own and its causes'."""
+
+    def kept(entries: list[str | dict[str, object]]) -> list[str]:
+        return [
+            e if isinstance(e, str) else str(e["text"])
+            for e in entries
+            if isinstance(e, str) or ["observed", ">=", 1] not in list(e.get("unless", []))  # type: ignore[call-overload]
+        ]
+
+    said = []
+    for rule in RULES:
+        said += [(rule.id, rule.title), (rule.id, rule.refute_observed or rule.refute or "")]
+        said += [(rule.id, text) for text in kept(rule.recommendations)]
+    for cause, entries in ADVICE.items():
+        said += [(cause, text) for text in kept(entries)]
+    heard = [(who, PGBENCH_WORDS.findall(text)) for who, text in said if PGBENCH_WORDS.search(text)]
+    assert heard == []
