@@ -68,8 +68,9 @@ CASES: dict[str, Case] = {
                      "from generate_series(1, 50) g;\n",
          "schema.sql": "create table wide(id int, pad text) with (fillfactor = 10);\n"
                        "alter table wide alter pad set storage plain;\n"},
-        "object-lock-queue",
+        "relation-extension",
         flags=["--set", "synchronous_commit=off"],  # no commit flush to wait for
+        named=("relation extension", "insert into wide"),
     ),
     "commit-flush": Case(
         'scripts = ["insert.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [1, 2]\n',
@@ -305,6 +306,34 @@ CASES: dict[str, Case] = {
                        "create index on events(kind);\nanalyze events;\n"},
         "sort-limit-scan",
         named=("order", "events"),
+        unnamed=True,
+    ),
+    # A notification in each transaction: at commit, each takes the one lock of the
+    # cluster's notification queue, held through its commit's flush (PreCommit_Notify).
+    "notify-queue": Case(
+        'scripts = ["n.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 8]\n',
+        {"n.sql": "\\set k random(1, 1000)\nbegin;\n"
+                  "update items set n = n + 1 where id = :k;\n"
+                  "select pg_notify('items', :k::text);\ncommit;\n",
+         "schema.sql": "create table items(id int primary key, n bigint);\n"
+                       "insert into items select g, 0 from generate_series(1, 1000) g;\n"},
+        "notify-queue",
+        named=("notify",),
+        unnamed=True,
+    ),
+    # A short lookup the planner runs in parallel (parallelism made free): every call starts
+    # two workers and waits for them, for a few thousand rows.
+    "parallel-overhead": Case(
+        'scripts = ["q.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
+        {"q.sql": "\\set k random(1, 100)\nselect count(*) from small where v = :k;\n",
+         "schema.sql": "create table small(id int primary key, v int);\n"
+                       "insert into small select g, g % 100 from generate_series(1, 5000) g;\n"
+                       "analyze small;\n"},
+        "parallel-query-overhead",
+        flags=["--set", "parallel_setup_cost=0", "--set", "parallel_tuple_cost=0",
+               "--set", "min_parallel_table_scan_size=0",
+               "--set", "max_parallel_workers_per_gather=2"],
+        named=("parallel",),
         unnamed=True,
     ),
 }  # fmt: skip
