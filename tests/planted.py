@@ -155,6 +155,20 @@ CASES: dict[str, Case] = {
         "wal-volume",
         plant="slow-writes",
     ),
+    # Wide rows with the smallest WAL buffers: each session finds them full and writes WAL
+    # out itself (commits do not flush: synchronous_commit off). Each client has a table of
+    # its own, so that no two extend one table.
+    "wal-buffers-full": Case(
+        'scripts = ["wide.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4]\n'
+        'protocol = "simple"\n',
+        {"wide.sql": "insert into wide_:client_id select g, repeat('x', 1000) "
+                     "from generate_series(1, 20) g;\n",
+         "schema.sql": "select format('create table wide_%s(id int, pad text); "
+                       "alter table wide_%s alter pad set storage plain', i, i) "
+                       "from generate_series(0, 3) i \\gexec\n"},
+        "wal-buffers-full",
+        flags=["--set", "wal_buffers=32kB", "--set", "synchronous_commit=off"],
+    ),
     "small-shared-buffers": Case(
         'workload = "select-only"\nscale = 20\nclients = [4]\n', {}, "shared-buffers-small",
         flags=["--set", "shared_buffers=16MB"],  # ~300 MB, in the OS cache

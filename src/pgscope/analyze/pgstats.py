@@ -64,6 +64,8 @@ class StepStats:
     checkpoint_buffers: float | None = None
     # Transaction ids the server assigned, to every session (pg_current_snapshot's xmax)
     xids: float | None = None
+    # Times a session found the WAL buffers full and wrote WAL out itself (pg_stat_wal, 14+)
+    wal_buffers_full: float | None = None
 
     @property
     def wal_bytes_per_xact(self) -> float | None:
@@ -80,6 +82,12 @@ class StepStats:
     @property
     def wal_syncs_per_xact(self) -> float | None:
         return self.wal_syncs / self.xacts if self.wal_syncs is not None and self.xacts else None
+
+    @property
+    def wal_buffers_full_per_xact(self) -> float | None:
+        if self.wal_buffers_full is None or not self.xacts:
+            return None
+        return self.wal_buffers_full / self.xacts
 
     @property
     def sessions_per_xact(self) -> float | None:
@@ -136,6 +144,7 @@ STEP_COUNTERS: dict[str, tuple[Place, ...]] = {
         ("pg_stat_checkpointer", None, ("buffers_written",)),
     ),
     "xids": (("pg_current_snapshot", None, ("xmax",)),),
+    "wal_buffers_full": (("pg_stat_wal", None, ("wal_buffers_full",)),),
 }
 # Measured only where the server writes a log directory; since PostgreSQL 14; or read by no
 # store written before these were mapped.
@@ -149,6 +158,7 @@ OPTIONAL = {
     "checkpoint_sync_ms",
     "checkpoint_buffers",
     "xids",
+    "wal_buffers_full",
 }
 
 

@@ -1,5 +1,6 @@
 """The server's cumulative statistics over the cell's steps (the pgstats collector): WAL per
-transaction and per second, full-page images, the server log's rate, rows per commit; and the
+transaction and per second, full-page images, the WAL buffers found full, the server log's
+rate, rows per commit; and the
 WAL rate against what the WAL's device took when probed before the load (the waldevice
 collector): near it, the device's bandwidth is the limit, whatever the commits do."""
 
@@ -39,6 +40,13 @@ FPI_BYTE_SHARE = FactKind(
     "wal.fpi_byte_share", "share", "full-page images' share of the WAL (at most)", PGSTATS, SOURCES
 )
 WAL_RATE = FactKind("wal.bytes_per_s", "bytes/s", "WAL written per second", PGSTATS, SOURCES)
+BUFFERS_FULL = FactKind(
+    "wal.buffers_full_per_xact",
+    "count",
+    "times per transaction a session found the WAL buffers full and wrote WAL out itself",
+    PGSTATS,
+    SOURCES,
+)
 DEVICE = "the waldevice collector (clusters pgscope starts)"
 DEVICE_RATE = FactKind(
     "wal.device_bytes_per_s",
@@ -71,6 +79,7 @@ class CounterFamily(Family):
             (LOG_RATE, [s.log_bytes_per_s for s in steps]),
             (ROWS_PER_COMMIT, [s.rows_per_commit for s in steps]),
             (SYNCS_PER_XACT, [s.wal_syncs_per_xact for s in steps]),
+            (BUFFERS_FULL, [s.wal_buffers_full_per_xact for s in steps]),
         ):
             sheet.add(kind, _mean(values), kind.label)
         rate = _mean([s.wal_bytes / s.seconds if s.seconds > 0 else None for s in steps])
