@@ -17,6 +17,7 @@ from pgscope.cli.options import (
     ResultsDir,
     resolve_dsn,
 )
+from pgscope.cli.specflags import spec_overrides
 from pgscope.cli.title import safe_command_line
 from pgscope.errors import (
     EnvironmentProblem,
@@ -25,16 +26,6 @@ from pgscope.errors import (
     RunFailed,
     UsageError,
 )
-
-
-def _absolute_script(text: str) -> str:
-    """Make a --script FILE[@weight] path absolute against the current directory (spec files
-    resolve theirs against the spec's own directory)."""
-    name, sep, weight = text.rpartition("@")
-    if not sep or not weight.isdigit():
-        name, sep, weight = text, "", ""
-    path = Path(name).expanduser()
-    return f"{path if path.is_absolute() else Path.cwd() / path}{sep}{weight}"
 
 
 @app.command()
@@ -249,7 +240,7 @@ def run(
     from pgscope.render.outputs import write_outputs
     from pgscope.runner.run import RunOptions, execute
     from pgscope.signals import signals_deferred
-    from pgscope.spec import load_spec, parse_action, parse_client_list, parse_setting
+    from pgscope.spec import load_spec, parse_setting
     from pgscope.target.conn import ConnParams
 
     err = err_console()
@@ -258,47 +249,8 @@ def run(
         # Not on the command line: say which server, or a forgotten variable runs elsewhere.
         shown = ConnParams.from_dsn(dsn, dsn_source).conninfo()
         err.print(f"· server from {dsn_source}: {shown}", highlight=False, markup=False)
-    overrides: dict[str, Any] = {}
-    flags: dict[str, str] = {}
-
-    def override(field: str, flag: str, value: Any) -> None:
-        if value is not None:
-            overrides[field] = value
-            flags[field] = flag
-
-    override(
-        "clients",
-        "--clients",
-        None if clients is None else "auto" if clients == "auto" else parse_client_list(clients),
-    )
-    override("duration", "--duration", duration)
-    override("warmup", "--warmup", warmup)
-    override("repeats", "--repeats", repeats)
-    override("scale", "--scale", scale)
-    override("workload", "--workload", workload)
-    override("protocol", "--protocol", protocol)
-    override("max_tries", "--max-tries", max_tries)
-    override("order", "--order", order)
-    if connect:  # absent: the spec's own choice stands
-        override("connect_per_transaction", "--connect", True)
-    if action:
-        override("actions", "--action", [parse_action(a) for a in action])
-    if no_collectors:
-        override("collectors", "--no-collectors", {})
-    elif collectors is not None:
-        names = [n.strip() for n in collectors.split(",") if n.strip()]
-        override("collectors", "--collectors", {name: {} for name in names})
-    override("seed", "--seed", seed)
-    override("rates", "--rate", rate)
-    override("rate_clients", "--rate-clients", rate_clients)
-    override("slo", "--slo", slo or None)
-    if script:
-        override("scripts", "--script", [_absolute_script(s) for s in script])
-        if workload is None:
-            override("workload", "--script", None)
-            overrides["workload"] = None
-    if init_sql is not None:
-        override("init_sql", "--init-sql", str(init_sql.expanduser().absolute()))
+    # The command's parameters, by the names specflags.FLAGS declares.
+    overrides, flags = spec_overrides(locals())
     settings = dict(parse_setting(s) for s in set_ or [])
     if again is not None:
         if recipe is not None:
