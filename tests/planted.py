@@ -253,6 +253,9 @@ CASES: dict[str, Case] = {
         named=("lower", "users"),
         unnamed=True,
     ),
+    # A trigger whose body counts the table it fires on: its time is a whole-table scan on
+    # every insert, named with the trigger it runs in (the trigger's own mechanism speaks
+    # when its time is not the scan's).
     "trigger-time": Case(
         'scripts = ["i.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2]\n',
         {"i.sql": "insert into orders(amount) values (random() * 100);\n",
@@ -265,8 +268,8 @@ CASES: dict[str, Case] = {
                        "return new; end $$;\n"
                        "create trigger audit_after after insert on orders for each row "
                        "execute function audit_order();\nanalyze;\n"},
-        "trigger-time",
-        named=("trigger audit_after", "insert into orders"),
+        "whole-table-scan",
+        named=("trigger audit_after", "insert into orders", "count(*) from orders"),
         unnamed=True,
     ),
     "function-time": Case(

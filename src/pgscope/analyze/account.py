@@ -571,6 +571,12 @@ def _execution(s: _Scope, plans: StatementPlans, share: float, samples: int) -> 
             continue
         below = share * fraction
         nested = _nested_of(s, plans, trigger, below, samples)
+        detail = _trigger_detail(trigger, plans)
+        body = _trigger_body(s, trigger, plans, functions)
+        if body is not None:
+            # The trigger's own function: the same time as the trigger, counted once, here.
+            functions = [f for f in functions if f is not body]
+            detail["function"] = body.detail["function"]
         children.append(
             Node(
                 "trigger",
@@ -579,7 +585,7 @@ def _execution(s: _Scope, plans: StatementPlans, share: float, samples: int) -> 
                 s.seconds_of(below),
                 samples,
                 "auto_explain",
-                _trigger_detail(trigger, plans),
+                detail,
                 _sorted(nested),
             )
         )
@@ -767,6 +773,27 @@ def _trigger_detail(trigger: TriggerTime, plans: StatementPlans) -> Detail:
         "ms_per_execution": trigger.ms / max(1, plans.executions),
         "calls_per_execution": trigger.calls / max(1, plans.executions),
     }
+
+
+def _trigger_body(
+    s: _Scope, trigger: TriggerTime, plans: StatementPlans, functions: list[Node]
+) -> Node | None:
+    """The function a trigger runs as its body: one the statement reaches only through the
+    statements PL/pgSQL ran inside it (each names its function), never by name in its text or
+    plan, with this the statement's only such trigger. pg_stat_user_functions counts its time
+    as a function's, auto_explain as the trigger's: one cause, not two."""
+    if trigger.constraint is not None:
+        return None
+    if sum(1 for t in plans.triggers if t.constraint is None) > 1:
+        return None  # which trigger ran which function is not known
+    text = (s.texts.get(plans.query_id) or plans.text or "").lower().replace(" (", "(")
+    for function in functions:
+        bare = str(function.detail.get("function", "")).rsplit(".", 1)[-1].lower()
+        if f"{bare}(" in text or any(_calls(node, function) for node in plans.nodes):
+            continue
+        if any((n.function or "").strip('"').lower().endswith(bare) for n in plans.nested):
+            return function
+    return None
 
 
 def _nested_of(

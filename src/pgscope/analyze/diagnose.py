@@ -446,14 +446,20 @@ def _grouped(readings: list[paths.Reading]) -> list[list[paths.Reading]]:
     above a join's whole-table scan, the count above a whole-table scan), is that cause's
     time too."""
     groups: dict[tuple[str, object], list[paths.Reading]] = {}
-    named_plan: dict[object, tuple[str, object]] = {}  # statement -> its first plan cause
+    # The first plan cause of each plan: a statement's own, or one it ran nested (in a
+    # trigger, a function).
+    named_plan: dict[object, tuple[str, object]] = {}
     for r in readings:
         if r.mechanism is not None and r.interpreted.kind == "plan":
-            named_plan.setdefault(_statement_of(r), _key(r))
+            named_plan.setdefault(_plan_of(r), _key(r))
     for r in readings:
         key = _key(r)
-        if r.mechanism is None and r.path.deepest.kind == "plan":
-            key = named_plan.get(_statement_of(r), key)
+        # A node of that plan that no mechanism reads as itself (none did, or one read a node
+        # above it: the trigger that ran the count above a whole-table scan).
+        if r.path.deepest.kind == "plan" and (
+            r.mechanism is None or r.interpreted is not r.path.deepest
+        ):
+            key = named_plan.get(_plan_of(r), key)
         groups.setdefault(key, []).append(r)
     return [sorted(g, key=lambda r: -r.path.share) for g in groups.values()]
 
@@ -463,6 +469,11 @@ def _key(r: paths.Reading) -> tuple[str, object]:
         return r.mechanism.group, _statement_of(r)
     mechanism = r.mechanism.id if r.mechanism is not None else r.path.deepest.name
     return mechanism, r.interpreted.detail.get("table") or r.interpreted.detail.get("relation")
+
+
+def _plan_of(r: paths.Reading) -> object:
+    nested = r.path.nearest("nested")
+    return _statement_of(r), nested.name if nested is not None else None
 
 
 def _statement_of(r: paths.Reading) -> object:
