@@ -1,7 +1,8 @@
 """Record the planted cases: `python -m tests.record [CASE ...]` runs each case of
 tests/planted.py live, as tests/test_findings.py does, and keeps its run's store
-(gzip-compressed: a few tens of kB) in tests/data/runs/<case>/, with what was expected of it.
-The fast tests replay them (tests/test_recorded.py): loading, facts, diagnosis, the account,
+(gzip-compressed: a few tens of kB) in tests/data/runs/<case>/, with what was expected of it,
+and its fact sheets in tests/data/facts/<case>.json. The fast tests replay them
+(tests/test_recorded.py, tests/test_diagnose.py): loading, facts, diagnosis, the account,
 the JSON document and the report, without a server.
 
 Run it on a quiet host (every finding reads the host's CPU), as root for the cases that plant
@@ -24,6 +25,7 @@ from typing import Any
 
 from tests.plant import busy_neighbours, cold_page_cache, slow_writes, slow_writes_unavailable
 from tests.planted import CASES, SLOW_WAL_DEVICE, spec_text
+from tests.runs import write_facts
 
 RUNS = Path(__file__).parent / "data" / "runs"
 
@@ -76,6 +78,7 @@ def record(name: str) -> Path:
             gzip.open(target / "run.duckdb.gz", "wb", compresslevel=9) as dst,
         ):
             shutil.copyfileobj(src, dst)
+        write_facts(document, name, case.expected)
         top = document["findings"][0]["id"] if document["findings"] else None
         (target / "case.json").write_text(
             json.dumps(

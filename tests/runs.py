@@ -59,20 +59,27 @@ def diagnosis(doc: dict[str, Any], case: str, expected: str) -> dict[str, Any]:
     """The run's diagnosis. With PGSCOPE_RECORD_FACTS=1, also records the run's facts as the
     fixture tests/test_diagnose.py replays (tests/data/facts/<case>.json)."""
     if os.environ.get("PGSCOPE_RECORD_FACTS"):
-        FACTS.mkdir(parents=True, exist_ok=True)
-        (FACTS / f"{case}.json").write_text(
-            json.dumps(
-                {
-                    "case": case,
-                    "expected_top": expected,
-                    "recorded_from": doc["command_line"],
-                    "sheets": doc["facts"],
-                },
-                indent=1,
-            )
-            + "\n"
-        )
+        write_facts(doc, case, expected)
     return dict(doc["diagnosis"])
+
+
+def write_facts(doc: dict[str, Any], case: str, expected: str) -> Path:
+    """A run's fact sheets, as tests/test_diagnose.py replays them (tests/data/facts/)."""
+    FACTS.mkdir(parents=True, exist_ok=True)
+    path = FACTS / f"{case}.json"
+    path.write_text(
+        json.dumps(
+            {
+                "case": case,
+                "expected_top": expected,
+                "recorded_from": doc["command_line"],
+                "sheets": doc["facts"],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    return path
 
 
 def top_finding(diag: dict[str, Any]) -> str:
