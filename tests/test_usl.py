@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from pgscope.analyze.usl import fit_usl, read_csv, usl
+from pgscope.analyze.usl import fit_usl, usl
+from pgscope.analyze.uslinput import read_csv
 from pgscope.errors import InputFileError
 from tests.cli import one_line_error, pgscope
 from tests.runs import DATA

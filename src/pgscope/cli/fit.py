@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pgscope.analyze.usl import CLIENTS_COLUMNS, THROUGHPUT_COLUMNS
+from pgscope.analyze.uslinput import CLIENTS_COLUMNS, THROUGHPUT_COLUMNS
 from pgscope.cli.app import fit_app, out_console, print_json
 from pgscope.errors import UsageError
 from pgscope.words import plain
@@ -35,7 +35,8 @@ def fit_usl_command(
     Model: X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted by least squares with σ, κ ≥ 0;
     Amdahl (κ=0) and linear models are compared by AIC. Repeated client counts are fine.
     """
-    from pgscope.analyze.usl import fit_usl, read_csv
+    from pgscope.analyze.usl import fit_usl
+    from pgscope.analyze.uslinput import read_csv
 
     if bootstrap < 0:
         raise UsageError(f"--bootstrap {bootstrap}: must be >= 0")

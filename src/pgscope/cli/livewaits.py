@@ -12,11 +12,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
 
-from pgscope.store import RunStore
+if TYPE_CHECKING:  # the types only: every command's start pays for what it imports
+    from pgscope.store import RunStore
+
 
 WINDOW_S = 10  # the view shows the waits of the last this many seconds
 # How often the sampler writes its rows while the view reads them (instead of every 10 s):

@@ -8,13 +8,15 @@ objects; the summary after a run is a renderer's (`render/console.py`).
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from pgscope.drive.pgbench import LatencyStats, ProgressRow
-from pgscope.runner import PlannedStep
+if TYPE_CHECKING:  # the types only: every command's start pays for what it imports
+    from pgscope.drive.pgbench import LatencyStats, ProgressRow
+    from pgscope.runner import PlannedStep
 
 
 def _ms(value: float | None) -> str:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pgscope.analyze.model import RunAnalysis
 from pgscope.cli.app import DEFAULT_RESULTS, app, err_console, out_console, print_json
 from pgscope.cli.livewaits import LIVE_FLUSH_S, LiveWaits
 from pgscope.cli.options import DSN_SOURCES_HELP, DsnFile, LiveFlag, ResultsDir, resolve_dsn
 from pgscope.cli.title import safe_command_line
 from pgscope.files import write_atomic
+
+if TYPE_CHECKING:  # the types only: every command's start pays for what it imports
+    from pgscope.analyze.model import RunAnalysis
 
 
 @app.command()

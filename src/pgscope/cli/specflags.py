@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgscope.spec import parse_action, parse_client_list
-
 
 def _same(value: Any) -> Any:
     return value
 
 
 def _clients(text: str | None) -> Any:
+    from pgscope.spec import parse_client_list  # pydantic's models: only when a flag is given
+
     if text is None:
         return None
     return "auto" if text == "auto" else parse_client_list(text)
@@ -28,6 +28,8 @@ def _only_if_given(value: bool) -> bool | None:
 
 
 def _actions(texts: list[str] | None) -> list[Any] | None:
+    from pgscope.spec import parse_action
+
     return [parse_action(text) for text in texts] if texts else None
 
 
