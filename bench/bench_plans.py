@@ -71,6 +71,9 @@ def main() -> None:
                 session.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         run_dir = folder / "run"
         collected = stack.enter_context(collecting({"statements": {}}, pg, on, run_dir))
+        # The plans are read back from the run's server.log, as in a run; here the cluster
+        # logs to its own file.
+        (run_dir / "server.log").symlink_to(on.log_path)
         step = [0]
 
         def trial(workload: list[str]) -> Any:
@@ -95,6 +98,9 @@ def main() -> None:
             pairs = interleaved_pairs(args.pairs, trial(workload), seed=len(name))
             summary = ratio_summary(pairs)
             summary["plans_per_s"] = sum(p.detail["plans_per_s"] for p in pairs) / len(pairs)
+            if not args.smoke and summary["plans_per_s"] < 1:
+                # Without plans sampled, "on" would measure the settings alone.
+                raise SystemExit(f"bench: {name}: no plans were sampled")
             results[name] = {"summary": summary, "pairs": [p.__dict__ for p in pairs]}
             print(
                 f"  cost {summary['cost_pct']:+.2f}% (median on/off {summary['median_ratio']:.4f}, "

@@ -196,7 +196,7 @@ def main() -> None:
 
 def query_alone(dsn: str) -> float:
     from pgscope.repository.connection import connect
-    from pgscope.repository.read import Filters, list_runs
+    from pgscope.repository.listing import Filters, list_runs
     from pgscope.target.conn import ConnParams
 
     session, _ = connect(ConnParams.from_dsn(dsn), writing=False)

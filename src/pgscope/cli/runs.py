@@ -127,8 +127,8 @@ def runs(
         where = str(results_dir)
     else:
         from pgscope.repository.connection import connect
-        from pgscope.repository.read import Filters
-        from pgscope.repository.read import list_runs as stored_runs
+        from pgscope.repository.listing import Filters
+        from pgscope.repository.listing import list_runs as stored_runs
 
         filters = Filters(
             server=server,

@@ -15,8 +15,10 @@ import importlib
 import pkgutil
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
-import duckdb
+if TYPE_CHECKING:  # the types only: the repository's commands start without DuckDB
+    import duckdb
 
 # The store's version, in `schema_info`: 2 added collectors and collector_gaps; 3
 # timeline.instance and step_instances; 4 the steps' transaction outcomes and workload_error;
