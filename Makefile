@@ -1,7 +1,7 @@
 # The two commands of the README. Both install what is missing first (scripts/setup.sh).
 #   make run    a scalability sweep on a throw-away cluster; the report lands in results/
 #   make test   the whole test suite against real PostgreSQL, pgbench, bpftrace and perf
-#   make test-fast  the tests that need no server and no tracing (under a minute)
+#   make test-fast  the tests that need no server and no tracing
 RUN_ARGS ?= scaling --quick
 PYTEST_ARGS ?=
 
@@ -13,12 +13,16 @@ setup:
 run: setup
 	.venv/bin/pgscope run $(RUN_ARGS)
 
+# Two passes: what measures no load runs on both cores at once (a test file per worker, so a
+# module's cluster starts once); the tests marked `load` then run alone, since every finding
+# reads the host's CPU.
 test: setup
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -m "not load" -n 2 --dist loadfile $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -m load $(PYTEST_ARGS)
 
 # No test here may start PostgreSQL, pgbench, bpftrace or perf: tests/suite.py makes them
 # fail when the selection has no test marked for them. With no load to measure, they run on
-# every core (pytest-xdist); `make test` stays serial, since its runs measure the host's CPU.
+# every core (pytest-xdist).
 test-fast: setup
 	.venv/bin/python -m pytest -m "not server and not tracing" -n auto $(PYTEST_ARGS)
 
