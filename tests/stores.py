@@ -186,7 +186,7 @@ def busy_observation(
         SELECT {t0} + (s * 1000000 // {hz})::BIGINT, s + 1, 1000 + p, 'client backend',
                'active', CASE WHEN (s + p) % 3 = 0 THEN 'Lock' END,
                CASE WHEN (s + p) % 3 = 0 THEN 'transactionid' END, 7000 + (p % 5), 'app',
-               'app', 'app'
+               'app', 'app', NULL
         FROM range({seconds * hz}) t(s), range({sessions}) u(p)
         """
     )

@@ -25,7 +25,11 @@ from tests.poll import wait_until
 # exactly what the suite started, even when other suites run on the same host.
 SESSION_MARK = f"pgscope-tests-{uuid.uuid4().hex}"
 os.environ["PGSCOPE_TEST_SESSION"] = SESSION_MARK
-SESSION_TMP = Path(tempfile.mkdtemp(prefix="pgscope-tests-"))
+# Under pytest-xdist each worker is a session of its own, started with the controller's TMPDIR:
+# its folder goes beside the controller's, not inside it, since a cluster's unix socket path
+# must stay under 108 bytes ("could not create Unix-domain socket" at two levels deep).
+ROOT_TMP = os.environ.setdefault("PGSCOPE_TESTS_ROOT_TMP", tempfile.gettempdir())
+SESSION_TMP = Path(tempfile.mkdtemp(prefix="pgscope-tests-", dir=ROOT_TMP))
 os.chmod(SESSION_TMP, 0o755)  # the server's unprivileged account must reach its cluster
 os.environ["TMPDIR"] = str(SESSION_TMP)
 # A developer's own server must not become every run's target (`run` reads it as --dsn).

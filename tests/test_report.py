@@ -23,6 +23,7 @@ from tests.servers import tmpfs
 
 SECTIONS = (
     "verdict",
+    "account",
     "scalability",
     "waits",
     "timeline",
@@ -71,7 +72,7 @@ def open_in_chromium(page_path: Path, screenshot: Path | None = None) -> dict[st
               sections: [...document.querySelectorAll('main > section')].map(s => s.id),
               charts: [...document.querySelectorAll('.js-plotly-plot')].map(e => ({
                 id: e.id, traces: e.data.length,
-                points: e.data.reduce((n, t) => n + ((t.x || t.y || []).length), 0),
+                points: e.data.reduce((n, t) => n + ((t.x || t.y || t.values || []).length), 0),
                 drawn: e.querySelectorAll('svg .main-svg, svg.main-svg').length})),
               placeholders: [...document.querySelectorAll('.chart')]
                 .filter(e => !e.classList.contains('js-plotly-plot')).map(e => e.id),
@@ -228,7 +229,8 @@ def test_chart_axes_are_in_numeric_order_and_labelled_with_their_units(sweep: Pa
 
 # The JSON document has a key for each section of the report, and the findings beside the
 # verdict (docs/json.md).
-JSON_SECTIONS = (*SECTIONS, "findings", "diagnosis")
+# The HTML's section "account" is the JSON's "accounts" (one tree per cell).
+JSON_SECTIONS = (*(s for s in SECTIONS if s != "account"), "accounts", "findings", "diagnosis")
 
 
 def test_the_html_renders_from_the_json_alone(
