@@ -216,7 +216,7 @@ def test_losing_the_connection_keeps_samples_and_says_so(
         text=True,
     )
     wait_for_sessions(cluster, 1, "pgscope-sampler")  # connected and sampling
-    elapse(3, "more than 100 samples before the restart")
+    elapse(3, "samples before the restart: 150 at 50 Hz, 100 on a loaded host")
     cluster.restart()
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 5, err
@@ -226,7 +226,8 @@ def test_losing_the_connection_keeps_samples_and_says_so(
     db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
     try:
         kept = db.execute("SELECT count(DISTINCT sample_no) FROM activity_samples").fetchall()
-        assert kept[0][0] > 100, "the samples before the restart are kept"
+        # Over a second's worth at 50 Hz: what the sampler took before the restart is kept.
+        assert kept[0][0] > 50, "the samples before the restart are kept"
         assert f"kept {kept[0][0]} samples" in message
         gaps = db.execute("SELECT reason FROM collector_gaps").fetchall()
         assert gaps and "connection lost" in gaps[0][0]

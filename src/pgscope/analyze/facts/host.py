@@ -13,6 +13,10 @@ IOWAIT = FactKind("host.iowait", "share", "CPU idle waiting for I/O", HOST, SOUR
 STEAL = FactKind("host.steal", "share", "CPU taken by the hypervisor", HOST, SOURCES)
 SERVER_CPU = FactKind("host.server_cpu", "share", "CPU used by the cluster", HOST, SOURCES)
 CLIENT_CPU = FactKind("host.client_cpu", "share", "CPU used by pgbench", HOST, SOURCES)
+# OTHER_CPU in an observation, where no load generator runs.
+OBSERVED_OTHER = (
+    "CPU used by processes other than the server's and pgscope's (kernel threads aside)"
+)
 OTHER_CPU = FactKind(
     "host.other_cpu",
     "share",
@@ -52,7 +56,10 @@ class HostFamily(Family):
             (CLIENT_CPU, row.client),
             (OTHER_CPU, row.other),
         ):
-            sheet.add(kind, value, f"{kind.label}, {of_host}")
+            if cell.observed and kind is CLIENT_CPU:
+                continue  # an observation drives no pgbench: its clients are the others
+            label = OBSERVED_OTHER if cell.observed and kind is OTHER_CPU else kind.label
+            sheet.add(kind, value, f"{label}, {of_host}")
         # "CPU-bound" is about the CPUs the server may run on: pinned to 1 of 2, it saturates
         # its one core while the host looks half idle. Pinned to fewer CPUs than the host has,
         # pgbench runs on the others, so the server's own use is what keeps its CPUs busy;
