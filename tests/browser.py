@@ -19,9 +19,9 @@ CHROMIUM_FLAGS = [
 ]
 
 
-def capacity_chart(report: Path) -> dict[str, Any]:
-    """The report's first latency-against-rate chart as a reader's browser draws it: its
-    traces (name, x, y), its y axis type, whether it drew, the capacity section's text, and
+def read_page(report: Path, ready: str, read: str) -> tuple[Any, list[str]]:
+    """What the JavaScript function `read` returns from `report` as a reader's browser shows
+    it, once the JavaScript condition `ready` holds (plotly draws after the page's load), and
     the page's errors."""
     from playwright.sync_api import sync_playwright
 
@@ -33,23 +33,32 @@ def capacity_chart(report: Path) -> dict[str, Any]:
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(report.as_uri())
             page.wait_for_load_state("load")
-            page.wait_for_function(  # plotly draws after load
-                "() => document.querySelector('#chart-capacity-0 svg.main-svg') !== null",
-                timeout=30_000,
-            )
-            chart: dict[str, Any] = page.evaluate("""() => {
-              const e = document.getElementById('chart-capacity-0');
-              return {
-                traces: e.data.map(t => ({name: t.name, x: t.x, y: t.y})),
-                yaxis: e.layout.yaxis.type,
-                drawn: e.querySelectorAll('svg.main-svg').length,
-                text: document.getElementById('capacity').innerText,
-              };
-            }""")
+            page.wait_for_function(ready, timeout=30_000)
+            seen = page.evaluate(read)
         finally:
             browser.close()
+    return seen, errors
+
+
+def capacity_chart(report: Path) -> dict[str, Any]:
+    """The report's first latency-against-rate chart as a reader's browser draws it: its
+    traces (name, x, y), its y axis type, whether it drew, the capacity section's text, and
+    the page's errors."""
+    chart, errors = read_page(
+        report,
+        "() => document.querySelector('#chart-capacity-0 svg.main-svg') !== null",
+        """() => {
+          const e = document.getElementById('chart-capacity-0');
+          return {
+            traces: e.data.map(t => ({name: t.name, x: t.x, y: t.y})),
+            yaxis: e.layout.yaxis.type,
+            drawn: e.querySelectorAll('svg.main-svg').length,
+            text: document.getElementById('capacity').innerText,
+          };
+        }""",
+    )
     chart["errors"] = errors
-    return chart
+    return dict(chart)
 
 
 def capacity_drawn(report: Path, estimate: dict[str, Any], rates: int) -> None:

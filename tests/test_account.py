@@ -118,20 +118,31 @@ def test_each_part_of_a_statements_time_is_its_own_path() -> None:
 
 
 def test_a_lock_held_by_an_idle_session_is_named_by_its_holder() -> None:
-    holder = _node(
-        "holder",
-        "held by a session of app idle in transaction",
-        0.5,
-        state="idle in transaction",
-        application="app",
-        xact_s=2.0,
-    )
-    lock = _node("lock", "transactionid lock", 0.5, [holder], locktype="transactionid")
-    statement = _statement(0.5, lock, text="update t set n = n + 1", event="Lock:transactionid")
-    account = _account(statement, event="Lock:transactionid", klass="Lock")
-    (reading,) = paths.readings(account)
-    assert reading.mechanism is not None and reading.mechanism.id == "lock-holder-idle"
-    assert "idle in transaction" in reading.sentence and "held by" in reading.sentence
+    """Idle in its transaction for the application's own time (2 s): the holder is the cause;
+    idle for a round trip between two statements (1.5 ms, the hot-rows case live), the queue
+    for the row is."""
+
+    def reading(state_s: float) -> paths.Reading:
+        holder = _node(
+            "holder",
+            "held by a session of app idle in transaction",
+            0.5,
+            state="idle in transaction",
+            application="app",
+            xact_s=2.0,
+            state_s=state_s,
+        )
+        lock = _node("lock", "transactionid lock", 0.5, [holder], locktype="transactionid")
+        text = "update t set n = n + 1"
+        statement = _statement(0.5, lock, text=text, event="Lock:transactionid")
+        (found,) = paths.readings(_account(statement, event="Lock:transactionid", klass="Lock"))
+        return found
+
+    idle = reading(2.0)
+    assert idle.mechanism is not None and idle.mechanism.id == "lock-holder-idle"
+    assert "idle in transaction" in idle.sentence and "held by" in idle.sentence
+    between = reading(0.0015)
+    assert between.mechanism is not None and between.mechanism.id == "hot-row-locks"
 
 
 def test_an_index_lookup_is_where_time_goes_not_a_cause() -> None:

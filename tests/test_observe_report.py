@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
-from tests.browser import CHROMIUM, CHROMIUM_FLAGS
+from tests.browser import CHROMIUM, read_page
 from tests.cli import pgscope
 from tests.poll import wait_until
 
@@ -28,6 +28,11 @@ PGBENCH_WORDS = re.compile(
     r"pgbench|\btps\b|transactions/s|each repeat|\brepeats?\b|compares variants|"
     r"variants side by side",
     re.IGNORECASE,
+)
+# Every chart drawn by plotly.
+DRAWN = (
+    "() => document.querySelectorAll('.chart').length > 0 && "
+    "[...document.querySelectorAll('.chart')].every(e => e.classList.contains('js-plotly-plot'))"
 )
 READ = """() => {
   const panels = [...document.querySelectorAll('.js-plotly-plot')].map(e => {
@@ -87,25 +92,9 @@ def _observed(cluster: EmbeddedCluster, tmp_path: Path) -> dict[str, Any]:
 def test_the_observe_report_leads_with_its_verdict_and_speaks_of_observation(
     cluster: EmbeddedCluster, tmp_path: Path
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     document = _observed(cluster, tmp_path)
     report = Path(document["run_dir"]) / "report.html"
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(report.as_uri())
-            page.wait_for_function(
-                "document.querySelectorAll('.chart').length > 0 && "
-                "[...document.querySelectorAll('.chart')].every(e => e.classList.contains("
-                "'js-plotly-plot'))"
-            )
-            seen: dict[str, Any] = page.evaluate(READ)
-        finally:
-            browser.close()
+    seen, errors = read_page(report, DRAWN, READ)
     assert errors == []
     # The verdict first, as in a run's report; no section of a sweep's variants.
     assert seen["sections"][0] == "verdict", seen["sections"]
