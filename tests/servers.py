@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,6 +124,28 @@ def wait_for_sessions(
         return bool(row and row[0] >= count)
 
     wait_until(connected, f"{count} sessions of {application}", timeout, every=0.1)
+
+
+def observed_beside(
+    cluster: EmbeddedCluster,
+    clients: list[threading.Thread],
+    stop: threading.Event,
+    application: str,
+    *args: str,
+) -> subprocess.CompletedProcess[str]:
+    """`pgscope observe --data-dir` of `cluster` with `args`, once every one of `clients` (client
+    threads that run until `stop`) is connected as `application`; the clients stopped after."""
+    from tests.cli import pgscope
+
+    for thread in clients:
+        thread.start()
+    try:
+        wait_for_sessions(cluster, len(clients), application)
+        return pgscope("observe", "--data-dir", str(cluster.data_dir), *args)
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(timeout=10)
 
 
 def setting(cluster: EmbeddedCluster, name: str) -> str:

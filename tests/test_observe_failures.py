@@ -18,8 +18,7 @@ import psycopg
 import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
-from tests.cli import pgscope
-from tests.poll import wait_until
+from tests.servers import observed_beside
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 
@@ -40,10 +39,7 @@ def _clients(
                     failures.append(time.time())
                     s.rollback()
 
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    return threads
+    return [threading.Thread(target=client, daemon=True) for _ in range(4)]
 
 
 def _observed(
@@ -53,23 +49,11 @@ def _observed(
     during its windows."""
     stop, failures = threading.Event(), []  # type: ignore[var-annotated]
     threads = _clients(cluster, isolation, stop, failures)
-    try:
-        with cluster.connect() as session:
-            wait_until(
-                lambda: session.execute(
-                    "SELECT count(*) = 4 FROM pg_stat_activity WHERE application_name = "
-                    "'planted-app'"
-                ).fetchone()[0],  # type: ignore[index]
-                "the clients",
-            )
-        result = pgscope(
-            *("observe", "--data-dir", str(cluster.data_dir), "--duration", "6"),
-            *("--window", "3", "--json", "--results-dir", str(tmp_path / isolation)),
-        )
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=10)
+    result = observed_beside(
+        cluster, threads, stop, "planted-app",
+        *("--duration", "6", "--window", "3", "--json"),
+        *("--results-dir", str(tmp_path / isolation)),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     document: dict[str, Any] = json.loads(result.stdout)
     windows = document["observation"]["windows"]

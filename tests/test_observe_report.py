@@ -16,8 +16,7 @@ import pytest
 
 from pgscope.target.embedded import EmbeddedCluster
 from tests.browser import CHROMIUM, read_page
-from tests.cli import pgscope
-from tests.poll import wait_until
+from tests.servers import observed_beside
 
 pytestmark = [
     pytest.mark.server,
@@ -66,24 +65,10 @@ def _observed(cluster: EmbeddedCluster, tmp_path: Path) -> dict[str, Any]:
                 s.execute("UPDATE items SET n = n + 1 WHERE id = %s", [i])
 
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(3)]
-    for thread in threads:
-        thread.start()
-    try:
-        with cluster.connect() as look:
-            wait_until(
-                lambda: look.execute(
-                    "SELECT count(*) = 3 FROM pg_stat_activity WHERE application_name = 'shop'"
-                ).fetchone()[0],  # type: ignore[index]
-                "the clients",
-            )
-        result = pgscope(
-            *("observe", "--data-dir", str(cluster.data_dir), "--duration", "6"),
-            *("--window", "2", "--json", "--results-dir", str(tmp_path)),
-        )
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=10)
+    result = observed_beside(
+        cluster, threads, stop, "shop",
+        *("--duration", "6", "--window", "2", "--json", "--results-dir", str(tmp_path)),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     document: dict[str, Any] = json.loads(result.stdout)
     return document
