@@ -292,6 +292,16 @@ def diagnose(
             finding.specific = not shared
             finding.breadth = len(mine) / len(targets)
         findings += mine
+    # A path's mechanism on every variant is as shared as a rule firing on every one: the
+    # same background, not what sets one variant apart (a heavy CPU-bound statement on each
+    # CPU count of the cpus recipe ranked above the CPU saturation it is the detail of).
+    variants_with: dict[str, set[str | None]] = {}
+    for finding in from_paths:
+        variants_with.setdefault(finding.id, set()).add(finding.variant)
+    for finding in from_paths:
+        shown = len(variants_with[finding.id])
+        finding.specific = not (len(variant_sheets) > 1 and shown == len(variant_sheets))
+        finding.breadth = shown / max(1, len(variant_sheets))
     findings += from_paths
     _bounded_by_session_time(findings, variant_sheets)
     loss = {s.variant: s.value(LOSS.name) or 0.0 for s in variant_sheets}
