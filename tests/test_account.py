@@ -196,6 +196,17 @@ def test_a_wait_event_names_its_mechanism(event: str, expected: str | None) -> N
         assert reading.title.startswith("One statement takes the time (CPU)")
 
 
+def test_a_session_waiting_for_its_client_is_not_a_path() -> None:
+    """Client:ClientRead beside state 'active' is the client's time (or a sample read across
+    a statement's end): the account keeps it, no path follows it; ClientWrite, the server
+    sending its results, is the server's and is followed."""
+    for event, followed in (("Client:ClientRead", False), ("Client:ClientWrite", True)):
+        statement = _statement(0.6, text="select abalance", event=event)
+        account = _account(statement, event=event, klass="Client")
+        assert account.root.children[0].children[0].share == pytest.approx(0.6)
+        assert bool(paths.heavy_paths(account)) == followed, event
+
+
 def test_a_path_below_the_share_worth_naming_is_not_a_finding() -> None:
     small = _statement(paths.MIN_SHARE / 2)
     assert paths.heavy_paths(_account(small)) == []

@@ -180,6 +180,24 @@ def test_a_finding_every_variant_shares_ranks_below_a_specific_one() -> None:
     assert len(cpu) == 2 and not any(f.specific for f in cpu)
 
 
+def test_where_the_time_goes_ranks_below_every_cause_and_symptom() -> None:
+    """A heavy path with no waste to cut (a statement on CPU, nothing deeper) says where the
+    time goes: below the CPU saturation every variant shares, though only one variant has it."""
+    from pgscope.analyze.account import Account, Node
+
+    lookup = Node("statement", "query 7: select abalance", 0.74, 7.4, 370, "activity",
+                  {"query_id": "7", "text": "select abalance", "event": "CPU"})  # fmt: skip
+    event = Node("event", "CPU", 0.74, 7.4, 370, "activity", {"class": "CPU"}, [lookup])
+    cpu = Node("class", "CPU", 0.74, 7.4, 370, "activity", {"class": "CPU"}, [event])
+    root = Node("active", "active time", 1.0, 10.0, 500, "activity", {}, [cpu])
+    busy = {"host__server_cpus_busy": 0.99, "host__server_cpu": 0.85, "host__client_cpu": 0.1}
+    sheets = [sheet("one", **busy), sheet("two", **busy), FactSheet(None, None)]
+    accounts = [Account("cell", "two", 8, None, root, 500, 250, 10.0)]
+    ranked = [(f.id, f.variant, f.plain) for f in diagnose(sheets, accounts=accounts).findings]
+    assert ranked[-1] == ("heavy-path", "two", True), ranked
+    assert ranked[0][0] == "cpu-saturation", ranked
+
+
 def test_findings_on_a_slower_variant_rank_above_the_fastest_ones() -> None:
     # The fastest variant's finding explains its ceiling; the slower one's explains a loss.
     sheets = [
@@ -440,6 +458,26 @@ def test_no_finding_is_surer_than_the_session_time_it_could_win_back() -> None:
         flush = next(f for f in found.findings if f.id == "commit-flush")
         assert flush.share == pytest.approx(0.6) and flush.confidence == level, flush
         assert ("wins back at most 17%" in " ".join(flush.weakened_by)) == (level == "medium")
+    # On saturated CPUs the time between statements is queued for a CPU: the bound is the
+    # server's part of the CPU. The server's 84% of it (pgbench 12%) keeps the finding high;
+    # pgbench's 70% beside the server's 28% holds it at medium, as does a CPU with room.
+    for busy, server, client, level in (
+        (0.98, 0.84, 0.12, "high"),
+        (0.98, 0.28, 0.70, "medium"),
+        (0.60, 0.50, 0.10, "medium"),
+    ):
+        facts = {
+            "wait__commit_flush": 0.6,
+            "wait__aas_per_client": 0.28,
+            "host__server_cpus_busy": busy,
+            "host__server_cpu": server,
+            "host__client_cpu": client,
+        }
+        found = diagnose([sheet(**facts), FactSheet(None, None)], accounts=[account(8)])
+        flush = next(f for f in found.findings if f.id == "commit-flush")
+        assert flush.confidence == level, (busy, server, client, flush)
+        said = " ".join(flush.weakened_by)
+        assert ("CPUs are saturated" in said) == (busy > 0.9 and level == "medium"), said
 
 
 def test_throughput_stops_growing_only_where_the_intervals_say_so() -> None:

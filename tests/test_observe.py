@@ -18,6 +18,7 @@ import duckdb
 import pytest
 
 from pgscope.analyze.diagnose import load_rules
+from pgscope.analyze.usl import usl
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
@@ -258,7 +259,8 @@ def test_an_observed_usl_fit_matches_a_sweep_of_the_same_workload(
     clients (its fit, from pgbench's transaction logs), and `pgscope observe`, another
     process that did not start that load, watches the sweep (its fit, from the windows'
     commits and concurrency). On a shared host the curve itself moves from one minute to the
-    next; read at the same time, the two fits' N* and peak agree within 25%."""
+    next; read at the same time, the two fits' curves and peaks over the measured counts agree
+    within 25%, and so do their N* where it lies inside that range."""
     subprocess.run(
         [str(pg.path("pgbench")), "-i", "-s", "1", "-q", watched.conn.conninfo()],
         check=True, capture_output=True,
@@ -299,9 +301,25 @@ def test_an_observed_usl_fit_matches_a_sweep_of_the_same_workload(
         f"(σ={observed_fit['sigma']:.3f}, κ={observed_fit['kappa']:.4f}) over "
         f"{[(round(w['concurrency'], 1), round(w['tps'])) for w in windows]}"
     )
-    for key in ("n_star", "x_max"):
-        assert run_fit[key] is not None and observed_fit[key] is not None, (run_fit, observed_fit)
-        assert abs(observed_fit[key] - run_fit[key]) <= 0.25 * run_fit[key], key
+
+    # The curves agree where they were measured, and so does their peak there; where the
+    # curve turns over is compared only inside the measured range: a knee beyond 8 clients
+    # rests on a contention term too small for 40 s of a shared host to tell apart from zero
+    # (the observed fit read kappa = 0, no knee, while the run's put it at 12 clients, both
+    # within 5% of each other at every measured count).
+    def curve(fit: dict[str, Any]) -> list[float]:
+        return [float(usl(n, fit["lam"], fit["sigma"], fit["kappa"])) for n in STEPS]
+
+    run_curve, observed_curve = curve(run_fit), curve(observed_fit)
+    for n, a, b in zip(STEPS, run_curve, observed_curve, strict=True):
+        assert abs(b - a) <= 0.25 * a, (n, run_fit, observed_fit)
+    assert abs(max(observed_curve) - max(run_curve)) <= 0.25 * max(run_curve)
+    inside = [
+        fit["n_star"] is not None and fit["n_star"] <= max(STEPS) for fit in (run_fit, observed_fit)
+    ]
+    assert inside[0] == inside[1], (run_fit, observed_fit)
+    if all(inside):
+        assert abs(observed_fit["n_star"] - run_fit["n_star"]) <= 0.25 * run_fit["n_star"]
     # `compare` sets the observation's windows at N sessions beside the sweep's N clients.
     compared = pgscope("compare", swept_doc["run_dir"], doc["run_dir"], "--json")
     assert compared.returncode == 0, compared.stderr[-2000:]
