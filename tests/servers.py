@@ -148,6 +148,34 @@ def observed_beside(
             thread.join(timeout=10)
 
 
+def observed_under_pgbench(
+    cluster: EmbeddedCluster,
+    pgbench: list[str],
+    ready: str,
+    what: str,
+    *args: str,
+) -> subprocess.CompletedProcess[str]:
+    """`pgscope observe --data-dir` of `cluster` with `args` while `pgbench` (its command line)
+    runs, once the query `ready` (one boolean) holds, `what` in words for a timeout; the load
+    stopped after."""
+    from tests.cli import pgscope
+    from tests.poll import wait_until
+
+    load = subprocess.Popen(pgbench, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with cluster.connect() as session:
+
+            def holds() -> bool:
+                row = session.execute(ready).fetchone()
+                return bool(row and row[0])
+
+            wait_until(holds, what)
+        return pgscope("observe", "--data-dir", str(cluster.data_dir), *args)
+    finally:
+        load.terminate()
+        load.wait()
+
+
 def setting(cluster: EmbeddedCluster, name: str) -> str:
     """A setting as a new session sees it (after a reload, once the server has read it)."""
     with cluster.connect() as conn:

@@ -17,9 +17,7 @@ import pytest
 from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
-from tests.cli import pgscope
-from tests.poll import wait_until
-from tests.servers import SMALL_SERVER
+from tests.servers import SMALL_SERVER, observed_under_pgbench
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 
@@ -52,30 +50,17 @@ def checkpointing(pg: PgBinaries, tmp_path: Path) -> Iterator[EmbeddedCluster]:
 def test_a_spread_checkpoint_is_what_the_server_did_not_the_workloads_time(
     pg: PgBinaries, checkpointing: EmbeddedCluster, tmp_path: Path
 ) -> None:
-    load = subprocess.Popen(
+    result = observed_under_pgbench(
+        checkpointing,
         [
             *(str(pg.path("pgbench")), "-n", "-c", "4", "-j", "2", "-T", "18"),
             checkpointing.conn.conninfo(),
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'checkpointer' "
+        "AND wait_event IS DISTINCT FROM 'CheckpointerMain'",
+        "a checkpoint in progress",
+        *("--duration", "10", "--window", "5", "--json", "--results-dir", str(tmp_path)),
     )
-    try:
-        with checkpointing.connect() as session:
-            wait_until(
-                lambda: session.execute(
-                    "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = "
-                    "'checkpointer' AND wait_event IS DISTINCT FROM 'CheckpointerMain'"
-                ).fetchone()[0],  # type: ignore[index]
-                "a checkpoint in progress",
-            )
-        result = pgscope(
-            *("observe", "--data-dir", str(checkpointing.data_dir), "--duration", "10"),
-            *("--window", "5", "--json", "--results-dir", str(tmp_path)),
-        )
-    finally:
-        load.terminate()
-        load.wait()
     assert result.returncode == 0, result.stderr[-3000:]
     document: dict[str, Any] = json.loads(result.stdout)
     waits = document["waits"]

@@ -18,8 +18,7 @@ from pgscope.proc import server_account
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.cli import pgscope
-from tests.poll import wait_until
-from tests.servers import SMALL_SERVER
+from tests.servers import SMALL_SERVER, observed_under_pgbench
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 
@@ -47,27 +46,14 @@ def test_observe_reads_the_statements_of_the_database_the_load_runs_in(
 ) -> None:
     app = app_cluster.conn.conninfo().replace("dbname=postgres", "dbname=app")
     assert "dbname=app" in app
-    load = subprocess.Popen(
+    result = observed_under_pgbench(
+        app_cluster,
         [str(pg.path("pgbench")), "-n", "-c", "2", "-T", "14", app],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        "SELECT count(*) = 2 FROM pg_stat_activity WHERE application_name = 'pgbench' "
+        "AND datname = 'app'",
+        "pgbench's clients in database app",
+        *("--duration", "6", "--window", "3", "--json", "--results-dir", str(tmp_path)),
     )
-    try:
-        with app_cluster.connect() as session:
-            wait_until(
-                lambda: session.execute(
-                    "SELECT count(*) = 2 FROM pg_stat_activity WHERE application_name = "
-                    "'pgbench' AND datname = 'app'"
-                ).fetchone()[0],  # type: ignore[index]
-                "pgbench's clients in database app",
-            )
-        result = pgscope(
-            *("observe", "--data-dir", str(app_cluster.data_dir), "--duration", "6"),
-            *("--window", "3", "--json", "--results-dir", str(tmp_path)),
-        )
-    finally:
-        load.terminate()
-        load.wait()
     assert result.returncode == 0, result.stderr[-3000:]
     assert "CREATE EXTENSION" not in result.stderr, result.stderr
     document: dict[str, Any] = json.loads(result.stdout)
