@@ -67,7 +67,6 @@ class Mechanism:
     when: list[list[Any]] = field(default_factory=list)
     supersedes: list[str] = field(default_factory=list)
     rule: str | None = None
-    symptom: bool = False
     # Mechanisms naming one cause from different nodes (a join's scan and the join itself):
     # their paths in one statement are one finding.
     group: str | None = None
