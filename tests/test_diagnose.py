@@ -480,6 +480,14 @@ def test_no_finding_is_surer_than_the_session_time_it_could_win_back() -> None:
         assert ("CPUs are saturated" in said) == (busy > 0.9 and level == "medium"), said
 
 
+def test_saturated_cpus_are_one_line_for_the_bound_and_the_client_bound_rule() -> None:
+    """Both read idle sessions on busy CPUs as queued for a CPU: the same line."""
+    from pgscope.analyze.diagnose import CPU_SATURATED
+
+    rule = next(r for r in RULES if r.id == "client-bound")
+    assert ["host.server_cpus_busy", "<", CPU_SATURATED] in [list(c) for c in rule.require]
+
+
 def test_throughput_stops_growing_only_where_the_intervals_say_so() -> None:
     made = {"scaling__best_clients": 2.0, "tps": 100.0}
     for shown, words in (

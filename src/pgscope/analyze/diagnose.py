@@ -351,8 +351,8 @@ WON_BACK = {"high": 0.25, "medium": 0.1}
 # own work, and a closed loop's throughput is the CPUs over the CPU each transaction takes.
 # What a cause can win back is then bounded by the server's part of that CPU (the rest is the
 # load generator's), not by how long sessions are active: on 2 saturated cores the partition
-# lock case's sessions were active 20-32% of their time, its lock manager 45-59% of active
-# time, and the finding fell to low confidence, under the CPU saturation it is the cause of.
+# lock case's sessions were active a third of their time or less, its lock manager 45-59% of
+# active time, and the finding fell to medium or low, under the CPU saturation it causes.
 CPU_SATURATED = 0.85
 
 
@@ -381,10 +381,8 @@ def _winnable(sheet: FactSheet) -> tuple[float | None, str]:
     busy = sheet.value(SERVER_CPUS_BUSY.name)
     server = sheet.value(SERVER_CPU.name)
     if busy is not None and busy >= CPU_SATURATED and server:
-        client = sheet.value(CLIENT_CPU.name) or 0.0
-        return server / (
-            server + client
-        ), "the CPUs are saturated and the server uses {:.0%} of the CPU"
+        part = server / (server + (sheet.value(CLIENT_CPU.name) or 0.0))
+        return part, "the CPUs are saturated and the server uses {:.0%} of the CPU"
     return sheet.value(AAS_PER_CLIENT.name), "the sessions are active {:.0%} of their time"
 
 

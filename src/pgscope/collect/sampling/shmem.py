@@ -228,8 +228,8 @@ def calibrate(session: psycopg.Connection[Any], postmaster: int) -> Layout:
     statuses = Array(status_address, status_size // status_stride, status_stride, status_pid)
 
     # A loaded host can start the probe's pg_sleep late, or show a field that changed by
-    # chance between the two readings: the probe is tried again before giving up (one probe
-    # in a few failed so on 2 CPUs busy with a load test).
+    # chance between the two readings: the probe is tried again before giving up (a single
+    # probe failed so in a load pass of the suite on 2 busy CPUs).
     for _attempt in range(PROBE_ATTEMPTS):
         idle_proc, idle_status = _own_slots(postmaster, procs, statuses, own)
         probe = _Probe(session)
