@@ -106,15 +106,19 @@ def test_the_capacity_recipe_finds_the_knee_and_shows_what_the_closed_loop_hides
 def test_the_capacity_at_an_objective_is_in_the_verdict_the_summary_and_the_chart(
     tmp_path: Path,
 ) -> None:
-    """With --slo p99<5ms: per repeat, the rate where p99 crosses 5 ms; their mean and 95%
+    """With --slo p99<10ms: per repeat, the rate where p99 crosses 10 ms; their mean and 95%
     interval over the 3 repeats first in the verdict, in summary.json, and drawn on the
-    report's latency-against-rate chart (headless Chromium)."""
+    report's latency-against-rate chart (headless Chromium). Not 5 ms: on this host 0.2-1.2%
+    of transactions start more than 5 ms late at every rate, the CPUs mostly idle (pgbench's
+    own wake-ups and the host's stalls, whose share of a step does not depend on the rate), so
+    p99<5ms sits on the host's floor: 1 of 3 repeats, then 2 of 4, missed it at 5% of the peak
+    in two runs of 2026-11-26 evening, after passing in the two before."""
     result = pgscope(
         "run",
         "capacity",
         "--quick",
         "--slo",
-        "p99<5ms",
+        "p99<10ms",
         # Lower rates than the recipe's: on a shared 2-core host a throttled pgbench's own
         # wake-ups already cost some transactions 5 ms at 20% of the peak.
         "--rate",
@@ -130,19 +134,19 @@ def test_the_capacity_at_an_objective_is_in_the_verdict_the_summary_and_the_char
     _shown(doc)
     variant = _variant(doc)
     [estimate] = variant["capacities"]
-    assert estimate["objective"] == "p99<5ms" and estimate["threshold_ms"] == 5.0
+    assert estimate["objective"] == "p99<10ms" and estimate["threshold_ms"] == 10.0
     repeats = [c for c in estimate["per_repeat"] if c is not None]
     assert len(repeats) == 3, json.dumps(variant["cells"], indent=1)[:3000] + str(estimate)
     low, high = estimate["ci95"]
     assert low <= estimate["tps"] <= high
     assert all(variant["cells"][0]["rate"] <= c <= variant["cells"][-1]["rate"] for c in repeats)
     first = doc["verdict"].split(". ")[0]
-    assert first.startswith("Capacity (8 clients): ") and "p99<5ms" in first, first
+    assert first.startswith("Capacity (8 clients): ") and "p99<10ms" in first, first
     assert f"{estimate['tps']:,.0f} tps" in first and f"{low:,.0f}–{high:,.0f}" in first
     assert "over 3 repeats" in first
     steps = [s for s in doc["steps"] if s["rate"] is not None]
-    assert all(s["schedule"]["latency_limit_ms"] == 5.0 for s in steps)
-    assert all(s["schedule"]["objectives"][0]["name"] == "p99<5ms" for s in steps)
+    assert all(s["schedule"]["latency_limit_ms"] == 10.0 for s in steps)
+    assert all(s["schedule"]["objectives"][0]["name"] == "p99<10ms" for s in steps)
     summary = json.loads((Path(doc["run_dir"]) / "summary.json").read_text())
     assert summary["capacity"]["variants"][0]["capacities"][0]["tps"] == estimate["tps"]
     capacity_drawn(Path(doc["run_dir"]) / "report.html", estimate, rates=8)
