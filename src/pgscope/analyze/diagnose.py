@@ -285,24 +285,15 @@ def diagnose(
         not_assessed += [o for o in outcomes if isinstance(o, NotAssessed)]
     _drop_superseded(rules, found)
     from_paths = _path_findings(accounts or [], variant_sheets, found)
+    # A rule firing, or a path's mechanism, on every variant is the background of a
+    # comparison, not what sets one variant apart (a heavy CPU-bound statement on each CPU
+    # count of the cpus recipe ranked above the CPU saturation it is the detail of).
+    # (A run's finding is of the one run sheet: specific, its breadth 1, as made.)
     for rule in rules:
-        targets = run_sheets if rule.scope == "run" else variant_sheets
-        mine = found[rule.id]
-        shared = rule.scope == "variant" and len(targets) > 1 and len(mine) == len(targets)
-        for finding in mine:
-            finding.specific = not shared
-            finding.breadth = len(mine) / len(targets)
-        findings += mine
-    # A path's mechanism on every variant is as shared as a rule firing on every one: the
-    # same background, not what sets one variant apart (a heavy CPU-bound statement on each
-    # CPU count of the cpus recipe ranked above the CPU saturation it is the detail of).
-    variants_with: dict[str, set[str | None]] = {}
-    for finding in from_paths:
-        variants_with.setdefault(finding.id, set()).add(finding.variant)
-    for finding in from_paths:
-        shown = len(variants_with[finding.id])
-        finding.specific = not (len(variant_sheets) > 1 and shown == len(variant_sheets))
-        finding.breadth = shown / max(1, len(variant_sheets))
+        if rule.scope != "run":
+            _mark_breadth(found[rule.id], len(variant_sheets))
+        findings += found[rule.id]
+    _mark_breadth(from_paths, len(variant_sheets))
     findings += from_paths
     _bounded_by_session_time(findings, variant_sheets)
     loss = {s.variant: s.value(LOSS.name) or 0.0 for s in variant_sheets}
@@ -339,6 +330,18 @@ def diagnose(
         verdict += _where_time_goes(variant_sheets)
     verdict += _unsure(accounts or [], variant_sheets)
     return Diagnosis(verdict, reported, not_assessed, weak)
+
+
+def _mark_breadth(findings: list[Finding], sheets: int) -> None:
+    """Each finding's breadth, the share of the `sheets` (one per variant) whose variant shows
+    its id, and whether it is specific: not shown by every one of several."""
+    variants_with: dict[str, set[str | None]] = {}
+    for finding in findings:
+        variants_with.setdefault(finding.id, set()).add(finding.variant)
+    for finding in findings:
+        shown = len(variants_with[finding.id])
+        finding.specific = not (sheets > 1 and shown == sheets)
+        finding.breadth = shown / max(1, sheets)
 
 
 # What a finding about active time can win back is its share of active time times the share
