@@ -34,6 +34,7 @@ from typing import Any
 import duckdb
 
 from pgscope.analyze import plans as plan_samples
+from pgscope.analyze.holders import lock_holders
 from pgscope.analyze.plans import NestedPlans, PlanNode, StatementPlans, TriggerTime
 from pgscope.analyze.statements import Statements
 from pgscope.analyze.waits import (
@@ -177,7 +178,7 @@ class _Scope:
         for q, p in sorted(plans.items(), key=lambda kv: kv[1].executions):
             self.plans[self.alias.get(q, q)] = p
         self.functions = self._functions()
-        self.blockers = self._blockers(where) if table_exists(db, "activity_blockers") else {}
+        self.blockers = lock_holders(db, self.source, where)
 
     def _alias(self) -> dict[int, int]:
         """Query ids of one text mapped to one of them (the one sampled most): a statement on
@@ -264,29 +265,6 @@ class _Scope:
                 sums[1] += f.total_ms
                 sums[2] += f.self_ms
         return {name: (c, t, s) for name, (c, t, s) in out.items()}
-
-    def _blockers(self, where: str) -> dict[tuple[int | None, str], list[tuple[Any, ...]]]:
-        """Per (waiting statement, its lock wait event): rows of (locktype, relation, mode,
-        holder's state, application, statement, mean seconds in its transaction, in its
-        state, readings)."""
-        rows = self.db.execute(
-            f"""
-            WITH waiting AS (
-                SELECT pid, ts_us // 1000000 AS second, any_value(query_id) AS query_id,
-                       any_value({WAIT_TYPE} || ':' || {WAIT_EVENT}) AS event
-                FROM {self.source} WHERE {where} AND wait_event_type = 'Lock' GROUP BY ALL)
-            SELECT w.query_id, w.event, b.locktype, b.relation, b.mode, b.blocker_state,
-                   b.blocker_application, coalesce(any_value(b.blocker_query), ''),
-                   avg(b.blocker_xact_s), avg(b.blocker_state_s), count(*)
-            FROM activity_blockers b
-            JOIN waiting w ON w.pid = b.pid AND w.second = b.ts_us // 1000000
-            GROUP BY ALL ORDER BY count(*) DESC
-            """
-        ).fetchall()
-        out: dict[tuple[int | None, str], list[tuple[Any, ...]]] = defaultdict(list)
-        for query_id, event, *rest in rows:
-            out[(None if query_id is None else int(query_id), str(event))].append(tuple(rest))
-        return out
 
 
 def account_of(

@@ -170,6 +170,10 @@ NAMES_SQL = (
     "SELECT 'd', oid, datname FROM pg_database UNION ALL SELECT 'u', oid, rolname FROM pg_roles"
 )
 CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+# Blockers are read after a batch (a second of samples by default) that saw a lock wait, at
+# most about once a second. Not exactly one: a batch can end a few ms short of a second after
+# the last reading, and a guard of 1.0 s skipped every other batch (a reading every 2 s).
+BLOCKERS_EVERY_S = 0.9
 LOCK_WAIT = "\x1fLock\x1f"  # a process waiting on a heavyweight lock, in a sample's text
 
 RATE_COLUMNS = (
@@ -423,7 +427,7 @@ class ActivityCollector(PollingCollector):
                 self._flush()
             if (
                 self.options.blockers
-                and time.monotonic() - last_blockers >= 1.0
+                and time.monotonic() - last_blockers >= BLOCKERS_EVERY_S
                 and any(row[4] is not None and LOCK_WAIT in row[4] for row in rows)
             ):
                 last_blockers = time.monotonic()
