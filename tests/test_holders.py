@@ -130,3 +130,19 @@ def test_the_idle_stretch_is_the_readings_own() -> None:
     rows = {r[3]: r for r in next(iter(lock_holders(db, "activity_samples", "TRUE").values()))}
     assert rows["idle in transaction"][8] == pytest.approx(1.0)
     assert rows["idle in transaction"][7] is None
+
+
+def test_a_long_transactions_holder_is_read_over_the_second_before_the_reading() -> None:
+    """A reading stands for about the second since the one before: what a holder 30 s into its
+    transaction did seconds earlier is another reading's."""
+    db = _store()
+    _reading(db, (1, 3, "transactionid", "active", 30.0, 0.4))
+    _waiting(db, 1, "transactionid")
+    _samples(
+        db, 3,
+        (5000, "idle in transaction", None),
+        (3000, "idle in transaction", None),
+        (500, "active", None),
+        (100, "active", None),
+    )  # fmt: skip
+    assert _weights(db) == {("Lock:transactionid", "active"): 1.0}

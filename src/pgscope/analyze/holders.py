@@ -32,74 +32,92 @@ from pgscope.duck import table_exists
 Holders = dict[tuple[int | None, str], list[tuple[Any, ...]]]
 
 
-# {source} and {where}: the samples of the scope the waits are counted in.
+# {source} and {where}: the samples of the scope the waits are counted in; only the readings
+# of seconds in which its sessions waited for a lock are read.
 _HEADS_SQL = """
-WITH RECURSIVE hops(ts_us, waiter, holder) AS (
-    SELECT ts_us, pid, blocked_by FROM activity_blockers
+WITH RECURSIVE waiting AS MATERIALIZED (
+    SELECT pid, ts_us // 1000000 AS second, {wait_type} || ':' || {wait_event} AS event,
+           any_value(query_id) AS query_id
+    FROM {source} WHERE {where} AND wait_event_type = 'Lock' GROUP BY ALL),
+readings AS MATERIALIZED (
+    SELECT * FROM activity_blockers
+    WHERE ts_us // 1000000 IN (SELECT DISTINCT second FROM waiting)),
+hops(ts_us, waiter, holder) AS (
+    SELECT ts_us, pid, blocked_by FROM readings
     UNION  -- each (waiter, session) once: a queue or a cycle ends the walk
     SELECT h.ts_us, h.waiter, b.blocked_by
-    FROM hops h JOIN activity_blockers b ON b.ts_us = h.ts_us AND b.pid = h.holder),
-heads AS (
+    FROM hops h JOIN readings b ON b.ts_us = h.ts_us AND b.pid = h.holder),
+heads AS MATERIALIZED (
     SELECT DISTINCT ts_us, waiter, holder FROM hops h
-    WHERE NOT EXISTS (SELECT 1 FROM activity_blockers b
-                      WHERE b.ts_us = h.ts_us AND b.pid = h.holder)),
-holders AS (
+    WHERE NOT EXISTS (SELECT 1 FROM readings b WHERE b.ts_us = h.ts_us AND b.pid = h.holder)),
+holders AS MATERIALIZED (
     SELECT ts_us, blocked_by AS holder, any_value(blocker_state) AS state,
            any_value(blocker_application) AS application,
            any_value(blocker_query) AS query, any_value(blocker_xact_s) AS xact_s,
            any_value(blocker_state_s) AS state_s
-    FROM activity_blockers GROUP BY ALL),
-held AS (
+    FROM readings GROUP BY ALL),
+-- The holder's samples from the start of its transaction, and at most {span_s} s back: a
+-- reading stands for about the second since the one before.
+spans AS MATERIALIZED (
+    SELECT ts_us, holder,
+           ts_us - CAST(least(coalesce(xact_s, 0), {span_s}) * 1e6 AS BIGINT) AS since_us
+    FROM holders),
+held AS MATERIALIZED (
     SELECT h.ts_us, h.holder, a.ts_us AS seen_us, a.state,
            max(CASE WHEN a.wait_event_type = 'Lock' THEN a.ts_us END)
                OVER (PARTITION BY h.ts_us, h.holder) AS waited
-    FROM holders h JOIN activity_samples a ON a.pid = h.holder
-        AND a.ts_us > h.ts_us - CAST(coalesce(h.xact_s, 0) * 1e6 AS BIGINT)
-        AND a.ts_us <= h.ts_us),
-spent AS (
+    FROM (SELECT *, unnest(range(since_us // 1000000, ts_us // 1000000 + 1)) AS second
+          FROM spans) h
+    JOIN activity_samples a ON a.pid = h.holder AND a.ts_us // 1000000 = h.second
+        AND a.ts_us > h.since_us AND a.ts_us <= h.ts_us),
+spent AS MATERIALIZED (
     SELECT ts_us, holder, count(*) AS n,
            count(*) FILTER (WHERE state LIKE 'idle in transaction%') AS idle
     FROM held WHERE seen_us > coalesce(waited, 0) GROUP BY ALL),
-split AS (
+split AS MATERIALIZED (
     SELECT h.*, CASE WHEN coalesce(s.n, 0) = 0
                      THEN (h.state LIKE 'idle in transaction%')::int::double
                      ELSE s.idle / s.n END AS idle_share
     FROM holders h LEFT JOIN spent s USING (ts_us, holder)),
-parts AS (
+-- Each reading in two parts, idle and not, weighed by the share; read_so: the reading saw the
+-- holder in the part's state, so its statement is the one the part names.
+parts AS MATERIALIZED (
     SELECT ts_us, holder, application, query, xact_s, idle_share AS weight,
            CASE WHEN state LIKE 'idle in transaction%' THEN state
                 ELSE 'idle in transaction' END AS state,
-           CASE WHEN state LIKE 'idle in transaction%' THEN state_s END AS state_s
+           CASE WHEN state LIKE 'idle in transaction%' THEN state_s END AS state_s,
+           state LIKE 'idle in transaction%' AS read_so
     FROM split WHERE idle_share > 0
     UNION ALL
     SELECT ts_us, holder, application, query, xact_s, 1 - idle_share,
            CASE WHEN state LIKE 'idle in transaction%' THEN 'active' ELSE state END,
-           CASE WHEN state LIKE 'idle in transaction%' THEN NULL ELSE state_s END
+           CASE WHEN state LIKE 'idle in transaction%' THEN NULL ELSE state_s END,
+           state NOT LIKE 'idle in transaction%'
     FROM split WHERE idle_share < 1),
-locks AS (
-    SELECT ts_us, pid, any_value(locktype) AS locktype,
+locks AS MATERIALIZED (
+    SELECT ts_us, ts_us // 1000000 AS second, pid, any_value(locktype) AS locktype,
            any_value(relation) AS relation, any_value(mode) AS mode
-    FROM activity_blockers GROUP BY ALL),
-waiting AS (
-    SELECT pid, ts_us // 1000000 AS second, {wait_type} || ':' || {wait_event} AS event,
-           any_value(query_id) AS query_id
-    FROM {source} WHERE {where} AND wait_event_type = 'Lock' GROUP BY ALL),
+    FROM readings GROUP BY ALL),
 -- The waiter's sample of the same second and, where it has one, of the same lock
 -- (a lock wait's event is its lock's type): a second can hold two waits.
-matched AS (
+matched AS MATERIALIZED (
     SELECT e.ts_us, e.waiter, e.holder, l.locktype, l.relation, l.mode,
            arg_max(w.query_id, (w.event = 'Lock:' || l.locktype)::int) AS query_id,
            arg_max(w.event, (w.event = 'Lock:' || l.locktype)::int) AS event
     FROM heads e
     JOIN locks l ON l.ts_us = e.ts_us AND l.pid = e.waiter
-    JOIN waiting w ON w.pid = e.waiter AND w.second = e.ts_us // 1000000
+    -- keyed on the lock's (pid, second): keyed on the waiter alone, the planner joined every
+    -- second of a session's waits to every reading of it
+    JOIN waiting w ON w.pid = l.pid AND w.second = l.second
     GROUP BY ALL)
 SELECT m.query_id, m.event, m.locktype, m.relation, m.mode, p.state,
-       p.application, coalesce(any_value(p.query), ''),
+       p.application, coalesce(arg_max(p.query, p.read_so::int), ''),
        avg(p.xact_s), avg(p.state_s), sum(p.weight)
 FROM matched m JOIN parts p ON p.ts_us = m.ts_us AND p.holder = m.holder
 GROUP BY ALL ORDER BY sum(p.weight) DESC
 """
+# How far back a holder's own samples are read from a reading (seconds).
+_SPAN_S = 1.0
 
 
 def lock_holders(db: duckdb.DuckDBPyConnection, source: str, where: str) -> Holders:
@@ -107,7 +125,9 @@ def lock_holders(db: duckdb.DuckDBPyConnection, source: str, where: str) -> Hold
     if not table_exists(db, "activity_blockers"):
         return {}
     rows = db.execute(
-        _HEADS_SQL.format(source=source, where=where, wait_type=WAIT_TYPE, wait_event=WAIT_EVENT)
+        _HEADS_SQL.format(
+            source=source, where=where, wait_type=WAIT_TYPE, wait_event=WAIT_EVENT, span_s=_SPAN_S
+        )
     ).fetchall()
     out: Holders = defaultdict(list)
     for query_id, event, *rest in rows:
