@@ -527,6 +527,26 @@ def test_a_mechanism_supersedes_a_rules_finding_about_one_name_only() -> None:
     assert [f.variant for f in found["lwlock-hotspot"]] == ["other"]
 
 
+def test_a_path_supersedes_only_a_finding_that_explains_no_more_of_the_time() -> None:
+    """Holders idle between two statements for a quarter of a hot row's queue do not replace
+    the hot row's finding that explains half the time; idle holders for most of it do, and
+    so does any path where the account measured nothing of the finding's own."""
+    from pgscope.analyze.diagnose import _drop
+
+    def hot(share: float | None) -> Finding:
+        return Finding("hot-row-locks", "Hot rows", "high", 0.9, "base", 8, [], "", [],
+                       share=share)  # fmt: skip
+
+    found = {"hot-row-locks": [hot(0.5)]}
+    _drop(found, ["hot-row-locks"], "base", 0.24)
+    assert [f.share for f in found["hot-row-locks"]] == [0.5]
+    _drop(found, ["hot-row-locks"], "base", 0.6)
+    assert found["hot-row-locks"] == []
+    found = {"hot-row-locks": [hot(None)]}
+    _drop(found, ["hot-row-locks"], "base", 0.24)
+    assert found["hot-row-locks"] == []
+
+
 def test_failures_the_server_logged_supersede_its_rollbacks() -> None:
     """Rollbacks alone (pg_stat_database): the rollbacks finding; with the errors the log
     named (a workload pgscope only watches): the failures, quoted, and no rollbacks finding;

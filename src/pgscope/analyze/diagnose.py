@@ -444,7 +444,7 @@ def _path_findings(
                 )
             )
             if mechanism is not None:
-                _drop(found, mechanism.supersedes, sheet.variant)
+                _drop(found, mechanism.supersedes, sheet.variant, share)
         # A rule's finding no path joined: the account says how much time its mechanism's
         # nodes hold (perhaps none), where the account has such nodes at all.
         for rule_id, ids in _linked().items():
@@ -454,15 +454,27 @@ def _path_findings(
     return out
 
 
-def _drop(found: dict[str, list[Finding]], targets: list[str], variant: str | None) -> None:
+def _drop(
+    found: dict[str, list[Finding]],
+    targets: list[str],
+    variant: str | None,
+    share: float | None = None,
+) -> None:
     """Drop, on `variant`, the findings `targets` name: a rule's id, or `id:name` for its
-    finding about that name only (`lwlock-hotspot:SubtransSLRU`, the tranche in its title)."""
+    finding about that name only (`lwlock-hotspot:SubtransSLRU`, the tranche in its title).
+
+    With `share` (a path's), only those that explain no more of the active time than it does:
+    a deeper reading of part of a finding's time does not replace the finding. Sessions
+    queued for a hot row, a quarter of that wait on holders idle between two statements of a
+    loaded host, are still a hot row's queue."""
     for target in targets:
         other, _, name = target.partition(":")
         found[other] = [
             f
             for f in found.get(other, [])
-            if f.variant != variant or (name and f": {name}:" not in f"{f.title}:")
+            if f.variant != variant
+            or (name and f": {name}:" not in f"{f.title}:")
+            or (share is not None and f.share is not None and f.share > share)
         ]
 
 
