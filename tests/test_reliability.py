@@ -404,6 +404,9 @@ def test_a_killed_backend_fails_its_step_and_the_server_recovers_for_the_next(
 ) -> None:
     """SIGKILL of one backend: the postmaster resets every session and recovers (crash
     restart) by itself. The step it hit is recorded as failed with the reason, the next runs."""
+    # This run's postmaster, not a server an earlier test of this worker left running (a
+    # module's or the session's, idle: it has no backend to kill).
+    before = server_processes()
     proc = start(
         [
             *("run", "scaling", "--clients", "2,3", "--order", "sequential"),
@@ -412,9 +415,11 @@ def test_a_killed_backend_fails_its_step_and_the_server_recovers_for_the_next(
         ]
     )
     wait_for_line(proc, r"step 1/2 .* tps")  # step 1 done: step 2 is starting
-    wait_for_programs(set(), {"pgbench"})  # step 2's load under way
+    wait_for_programs(before, {"pgbench"})  # step 2's load under way
     postmaster = next(
-        pid for pid in server_processes() if _title(pid).startswith("/") and " -D " in _title(pid)
+        pid
+        for pid in server_processes() - before
+        if _title(pid).startswith("/") and " -D " in _title(pid)
     )
     backend = wait_until(
         lambda: next(

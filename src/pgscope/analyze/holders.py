@@ -9,8 +9,9 @@ block it and wait for nothing. A wait that is a cycle (a deadlock, until the ser
 it) has no head and is left out.
 
 What the holder did while it held the lock is read from its own samples, not from the one
-instant of the reading: from its last wait for a lock in its transaction to the reading, the
-share of its samples idle in the transaction. A holder read at the instant it commits after
+instant of the reading: from its last wait for a lock in its transaction to the reading (and
+at most the second before it, which a reading stands for), the share of its samples idle in
+the transaction. A holder read at the instant it commits after
 idling 50 ms was idle, for its waiters, nearly all the time they waited. The seconds in its
 state stay the reading's: they say how long an idle stretch lasts, which 20-ms samples
 cannot.
