@@ -28,9 +28,10 @@ if TYPE_CHECKING:  # the types only: the repository's commands start without Duc
 # `run` (system identifier, host, port: what a central repository files a run under); 8
 # open-loop steps (the steps' offered rate, schedule lag, skipped, late and served
 # transactions; step_objectives; the seconds' lag and skipped); 9 the text of what a session
-# ran without a query id (activity_samples.command). Collectors' tables are
+# ran without a query id (activity_samples.command); 10 the span of the log's lines each row
+# of server_errors counted (from_us, to_us). Collectors' tables are
 # created when a collector starts: a run without one has none, whatever the version.
-STORE_VERSION = 9
+STORE_VERSION = 10
 TYPES = frozenset({"BIGINT", "INTEGER", "SMALLINT", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 

@@ -190,6 +190,10 @@ TABLES = (
         "kind VARCHAR NOT NULL",
         "errors INTEGER NOT NULL",
         "example VARCHAR",  # the first such message that second, its first 300 characters
+        # The lines counted were written between the collector's previous read of the log
+        # and this one: a window takes the part of them its span overlaps.
+        "from_us BIGINT @10",
+        "to_us BIGINT @10",
         since=9,
         series="second_us",
     ),

@@ -102,6 +102,25 @@ _LOGGED_CAUSES = {
     "other": "other errors",
 }
 
+# Each read of the log counted the lines written since the read before: a window takes the
+# part of that span it overlaps (a read just after a window closed holds most of the
+# window's last second). Rows of a store before version 10 have no span: the second of
+# their read decides.
+_LOGGED_SQL = """
+SELECT s.step_id, e.kind, sum(CASE
+    WHEN e.from_us IS NULL OR e.to_us <= e.from_us
+        THEN CASE WHEN e.second_us >= s.window_start_us AND e.second_us < s.window_end_us
+                  THEN e.errors ELSE 0 END
+    ELSE e.errors * greatest(0, least(e.to_us, s.window_end_us)
+                                - greatest(e.from_us, s.window_start_us))
+         / (e.to_us - e.from_us)
+    END) AS n
+FROM steps s JOIN server_errors e
+  ON coalesce(e.from_us, e.second_us) < s.window_end_us
+ AND coalesce(e.to_us, e.second_us + 1) > s.window_start_us
+GROUP BY ALL
+"""
+
 
 @dataclass(frozen=True)
 class ServerSide:
@@ -137,12 +156,9 @@ class FailureFamily(Family):
             "'failed' AND available LIMIT 1"
         ):
             logged = {}
-            for row in store.query(
-                "SELECT s.step_id, e.kind, sum(e.errors) AS n FROM steps s JOIN server_errors e "
-                "ON e.second_us >= s.window_start_us AND e.second_us < s.window_end_us "
-                "GROUP BY ALL"
-            ):
-                logged.setdefault(int(row["step_id"]), {})[str(row["kind"])] = int(row["n"])
+            for row in store.query(_LOGGED_SQL):
+                if row["n"] is not None and round(row["n"]):
+                    logged.setdefault(int(row["step_id"]), {})[str(row["kind"])] = round(row["n"])
         if not counted and logged is None:
             return None
         steps = set(counted) | set(logged or {})

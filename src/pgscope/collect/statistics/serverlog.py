@@ -19,7 +19,11 @@ data directory, every folder on the way), and is read only when the server's acc
 A file that shrinks or is replaced (rotation) is read again from its start. At most 8 MiB a
 second are read; the rest waits for the next second.
 
-What it records: `server_errors` (per second and kind: how many, and the first message).
+What it records: `server_errors` (per read and kind: how many, the first message, and the
+span the lines were written in: from the previous read to this one). A window counts the
+part of each read its span overlaps: stamped by the second of its read alone, a read just
+after a window closed gave the window's last second to the next, and the final read (at the
+end of an observation) to none (CI: 3,138 errors counted against 4,376 the clients met).
 
 What it costs: one stat and one read of the log's new bytes a second; one query a minute
 (`pg_current_logfile()`, for rotation).
@@ -88,6 +92,7 @@ class ServerLogCollector(ThreadCollector):
                 "or the file its standard error goes to; as root or the server's owner): its "
                 "errors are not counted"
             )
+        self.read_us = now_us()  # opened at its end: what follows is new
         ctx.say(f"serverlog: counting the errors in {self.where}")
         ctx.store.add_event("serverlog", f"counting the errors the server logs in {self.where}")
 
@@ -154,6 +159,7 @@ class ServerLogCollector(ThreadCollector):
             self._open(at_end=False)  # rotated: the new file from its start
         if self.handle is None:
             return
+        since, self.read_us = self.read_us, now_us()
         size = os.fstat(self.handle).st_size
         if size < self.offset:  # truncated: read again from its start
             self.offset, self.pending = 0, b""
@@ -171,14 +177,16 @@ class ServerLogCollector(ThreadCollector):
             seen = counts.setdefault(kind, [0, message[:300]])
             seen[0] += 1
         if counts:
-            second = now_us() // 1_000_000 * 1_000_000
+            rows = len(counts)
             self.store.append(
                 "server_errors",
                 {
-                    "second_us": [second] * len(counts),
+                    "second_us": [self.read_us // 1_000_000 * 1_000_000] * rows,
                     "kind": list(counts),
                     "errors": [n for n, _ in counts.values()],
                     "example": [example for _, example in counts.values()],
+                    "from_us": [since] * rows,
+                    "to_us": [self.read_us] * rows,
                 },
             )
 
