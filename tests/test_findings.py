@@ -108,7 +108,15 @@ def _missing_index(diag: dict[str, Any]) -> None:
 
 
 def _partition_locks(doc: dict[str, Any], diag: dict[str, Any]) -> None:
-    """The lock-manager finding names the table, on the variant that does not prune only."""
+    """The lock-manager finding names the table, on the variant that does not prune only.
+
+    What share of the lock entries a reading finds in the shared table depends on when it
+    catches each session: partway through taking its 130 locks (18 to 34 relations held in
+    most of one live run's 8-client readings, 130 in one), and pg_locks reads a session's
+    fast-path slots before the shared table, so a session may have moved on in between (78
+    shared entries and no fast-path one). Live runs gave 0.43 (CI), 0.61 and 0.89 at the peak.
+    What holds by the mechanism: no session has more than 16 fast-path entries, so the share is
+    at least what the relations past 16 make of them, and a pruned plan has none."""
     top = diag["findings"][0]
     assert top["variant"] == "generic" and "orders" in top["title"], top["title"]
     assert not [
@@ -118,7 +126,8 @@ def _partition_locks(doc: dict[str, Any], diag: dict[str, Any]) -> None:
     generic, custom = peaks["generic"], peaks["custom"]
     assert generic["locks.per_backend"]["value"] > 16 >= custom["locks.per_backend"]["value"]
     assert f"{PARTITIONS} partitions" in generic["locks.table.orders"]["label"]
-    assert generic["locks.non_fastpath_share"]["value"] > 0.5
+    per_backend = generic["locks.per_backend"]["value"]
+    assert generic["locks.non_fastpath_share"]["value"] >= (per_backend - 16) / per_backend - 1e-9
     assert custom["locks.non_fastpath_share"]["value"] == 0.0
     assert generic["locks.manager_share"]["value"] > 0.1 > custom["locks.manager_share"]["value"]
 
