@@ -209,6 +209,30 @@ def test_findings_on_a_slower_variant_rank_above_the_fastest_ones() -> None:
     assert ranked[:2] == [("hot-row-locks", "slow"), ("cpu-saturation", "fast")]
 
 
+def test_a_variant_slower_at_its_peak_and_faster_elsewhere_is_not_clearly_slower() -> None:
+    """One repeat per cell: the control 19% below at 8 clients but 29% above at 4 is noise,
+    and its symptom does not rank above the other variant's cause; slower at every client
+    count, its finding leads."""
+
+    def cells(name: str, tps: tuple[float, float], **peak: float) -> list[FactSheet]:
+        at_four = sheet(name, 4, tps=tps[0])
+        at_four.peak = False
+        return [at_four, sheet(name, 8, tps=tps[1], **peak)]
+
+    def ranked(control: tuple[float, float]) -> list[tuple[str, str | None]]:
+        sheets = [
+            *cells("generic", (12_196, 19_528), wait__row_lock=0.4, variants__loss_vs_fastest=0),
+            *cells(
+                "custom", control, scaling__drop_after_best=0.21, variants__loss_vs_fastest=0.19
+            ),
+            FactSheet(None, None),
+        ]
+        return [(f.id, f.variant) for f in diagnose(sheets).findings]
+
+    assert ranked((17_126, 15_775))[0] == ("hot-row-locks", "generic")
+    assert ranked((11_000, 15_775))[0] == ("retrograde", "custom")
+
+
 def test_among_equally_confident_findings_the_narrower_one_leads() -> None:
     # Commits flush WAL in three variants, wait for a standby in two: the standby is what
     # sets the variants apart, even with the smaller share.
