@@ -404,8 +404,6 @@ def test_a_killed_backend_fails_its_step_and_the_server_recovers_for_the_next(
 ) -> None:
     """SIGKILL of one backend: the postmaster resets every session and recovers (crash
     restart) by itself. The step it hit is recorded as failed with the reason, the next runs."""
-    # This run's postmaster, not a server an earlier test of this worker left running (a
-    # module's or the session's, idle: it has no backend to kill).
     before = server_processes()
     proc = start(
         [
@@ -414,19 +412,31 @@ def test_a_killed_backend_fails_its_step_and_the_server_recovers_for_the_next(
             *("--collectors", "activity,pgstats", "--json", "--results-dir", str(tmp_path)),
         ]
     )
-    wait_for_line(proc, r"step 1/2 .* tps")  # step 1 done: step 2 is starting
-    wait_for_programs(before, {"pgbench"})  # step 2's load under way
-    postmaster = next(
-        pid
-        for pid in server_processes() - before
-        if _title(pid).startswith("/") and " -D " in _title(pid)
-    )
-    backend = wait_until(
-        lambda: next(
-            (p for p in child_pids(postmaster) if process_role(_title(p)) == "backend"), None
-        ),
-        "a backend of step 2's load",
-    )
+    try:
+        wait_for_line(proc, r"step 1/2 .* tps")  # step 1 done: step 2 is starting
+        wait_for_programs(before, {"pgbench"})  # step 2's load under way
+        # This run's postmaster, a child of its pgscope: not a server an earlier test of this
+        # worker left running, nor one the other worker started meanwhile (idle, neither has
+        # a backend of this load).
+        postmaster = next(p for p in child_pids(proc.pid) if " -D " in _title(p))
+        seen: set[str] = set()
+
+        def a_backend() -> int | None:
+            children = {p: _title(p) for p in child_pids(postmaster)}
+            seen.update(children.values())
+            return next((p for p, t in children.items() if process_role(t) == "backend"), None)
+
+        try:
+            backend = wait_until(a_backend, "a backend of step 2's load")
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}; postmaster {postmaster} ({_title(postmaster)!r}), whose children "
+                f"were {sorted(seen)}"
+            ) from None
+    except BaseException:
+        proc.kill()  # never left running behind a failed test
+        proc.communicate()
+        raise
     os.kill(backend, signal.SIGKILL)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 7, err
