@@ -103,8 +103,8 @@ _LOGGED_CAUSES = {
 }
 
 # Each read of the log counted the lines written since the read before: a window takes the
-# part of that span it overlaps (a read just after a window closed holds most of the
-# window's last second). Rows of a store before version 10 have no span: the second of
+# part of that span it overlaps (a read made late, or the last one, holds lines of the
+# window before it). Rows of a store before version 10 have no span: the second of
 # their read decides.
 _LOGGED_SQL = """
 SELECT s.step_id, e.kind, sum(CASE

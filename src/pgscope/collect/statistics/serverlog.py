@@ -21,9 +21,9 @@ second are read; the rest waits for the next second.
 
 What it records: `server_errors` (per read and kind: how many, the first message, and the
 span the lines were written in: from the previous read to this one). A window counts the
-part of each read its span overlaps: stamped by the second of its read alone, a read just
-after a window closed gave the window's last second to the next, and the final read (at the
-end of an observation) to none (CI: 3,138 errors counted against 4,376 the clients met).
+part of each read its span overlaps: stamped by the second of its read alone, a read made
+late on a busy host, or the last one at the end of an observation, fell after the window
+that held most of its lines (CI: 3,138 errors counted against 4,376 the clients met).
 
 What it costs: one stat and one read of the log's new bytes a second; one query a minute
 (`pg_current_logfile()`, for rotation).
