@@ -17,6 +17,7 @@ from pgscope.analyze.diagnose import Finding, evaluate, load_rules
 from pgscope.analyze.facts import Fact, FactSheet
 from pgscope.analyze.facts.failures import FailureFamily
 from pgscope.drive.pgbench import analyse_logs, workload_error
+from pgscope.store import RunStore
 from tests.cli import pgscope
 from tests.runs import diagnosis, run_doc, top_finding
 
@@ -94,39 +95,28 @@ def _sheet(**facts: float) -> FactSheet:
     return made
 
 
-class _Store:
-    """A run store of two 3-s windows and what the serverlog collector read."""
-
-    def __init__(self) -> None:
-        self.db = duckdb.connect()
-        for name in ("steps", "collectors", "server_errors"):
-            self.db.execute(tables.of(name).ddl())
-        self.db.execute(
-            "INSERT INTO collectors (name, available, status) VALUES ('serverlog', true, 'ok')"
+def _errors_store(*spans: tuple[float, float, int]) -> RunStore:
+    """A run store of two 3-s windows and what the serverlog collector read: (the read before,
+    this read, errors it counted), in seconds."""
+    store = RunStore(duckdb.connect(), Path("."))
+    for name in ("steps", "collectors", "server_errors"):
+        store.db.execute(tables.of(name).ddl())
+    store.db.execute(
+        "INSERT INTO collectors (name, available, status) VALUES ('serverlog', true, 'ok')"
+    )
+    for step, start in ((1, 10.05), (2, 13.05)):
+        store.db.execute(
+            "INSERT INTO steps (step_id, variant, clients, repeat, status, "
+            "window_start_us, window_end_us) VALUES (?, 'observed', 4, 1, 'ok', ?, ?)",
+            [step, int(start * 1e6), int((start + 3) * 1e6)],
         )
-        for step, start in ((1, 10.05), (2, 13.05)):
-            self.db.execute(
-                "INSERT INTO steps (step_id, variant, clients, repeat, status, "
-                "window_start_us, window_end_us) VALUES (?, 'observed', 4, 1, 'ok', ?, ?)",
-                [step, int(start * 1e6), int((start + 3) * 1e6)],
-            )
-
-    def read(self, *spans: tuple[float, float, int]) -> None:
-        """(the read before, this read, errors it counted), in seconds."""
-        for since, at, errors in spans:
-            self.db.execute(
-                "INSERT INTO server_errors VALUES (?, 'serialization', ?, 'could not "
-                "serialize access', ?, ?)",
-                [int(at) * 1_000_000, errors, int(since * 1e6), int(at * 1e6)],
-            )
-
-    def query(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
-        cursor = self.db.execute(sql, params or [])
-        names = [d[0] for d in cursor.description or []]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-    def has_table(self, name: str) -> bool:
-        return name in ("steps", "collectors", "server_errors")
+    for since, at, errors in spans:
+        store.db.execute(
+            "INSERT INTO server_errors VALUES (?, 'serialization', ?, 'could not "
+            "serialize access', ?, ?)",
+            [int(at) * 1_000_000, errors, int(since * 1e6), int(at * 1e6)],
+        )
+    return store
 
 
 def test_a_read_of_the_log_counts_in_each_window_the_part_of_its_span_it_overlaps() -> None:
@@ -135,9 +125,8 @@ def test_a_read_of_the_log_counts_in_each_window_the_part_of_its_span_it_overlap
     17.2: each window counts its 300. Stamped by the second of their read (a store before
     version 10), the 1.7 s of the late read fall after the second window, which counted 200
     (CI: 3,138 logged against 4,376 the clients met in a 6-s observation)."""
-    store = _Store()
     reads = [9.5 + k for k in range(7)] + [17.2]
-    store.read(*[(a, b, round(100 * (b - a))) for a, b in itertools.pairwise(reads)])
+    store = _errors_store(*[(a, b, round(100 * (b - a))) for a, b in itertools.pairwise(reads)])
 
     def counted() -> dict[int, dict[str, int] | None]:
         server = FailureFamily().read(store)

@@ -157,8 +157,8 @@ class FailureFamily(Family):
         ):
             logged = {}
             for row in store.query(_LOGGED_SQL):
-                if row["n"] is not None and round(row["n"]):
-                    logged.setdefault(int(row["step_id"]), {})[str(row["kind"])] = round(row["n"])
+                if n := round(row["n"] or 0):
+                    logged.setdefault(int(row["step_id"]), {})[str(row["kind"])] = n
         if not counted and logged is None:
             return None
         steps = set(counted) | set(logged or {})
