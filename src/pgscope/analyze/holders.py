@@ -76,24 +76,21 @@ spent AS MATERIALIZED (
            count(*) FILTER (WHERE state LIKE 'idle in transaction%') AS idle
     FROM held WHERE seen_us > coalesce(waited, 0) GROUP BY ALL),
 split AS MATERIALIZED (
-    SELECT h.*, CASE WHEN coalesce(s.n, 0) = 0
-                     THEN (h.state LIKE 'idle in transaction%')::int::double
-                     ELSE s.idle / s.n END AS idle_share
-    FROM holders h LEFT JOIN spent s USING (ts_us, holder)),
+    SELECT *, CASE WHEN coalesce(n, 0) = 0 THEN read_idle::int::double
+                   ELSE idle / n END AS idle_share
+    FROM (SELECT h.*, h.state LIKE 'idle in transaction%' AS read_idle, s.n, s.idle
+          FROM holders h LEFT JOIN spent s USING (ts_us, holder))),
 -- Each reading in two parts, idle and not, weighed by the share; read_so: the reading saw the
 -- holder in the part's state, so its statement is the one the part names.
 parts AS MATERIALIZED (
     SELECT ts_us, holder, application, query, xact_s, idle_share AS weight,
-           CASE WHEN state LIKE 'idle in transaction%' THEN state
-                ELSE 'idle in transaction' END AS state,
-           CASE WHEN state LIKE 'idle in transaction%' THEN state_s END AS state_s,
-           state LIKE 'idle in transaction%' AS read_so
+           CASE WHEN read_idle THEN state ELSE 'idle in transaction' END AS state,
+           CASE WHEN read_idle THEN state_s END AS state_s, read_idle AS read_so
     FROM split WHERE idle_share > 0
     UNION ALL
     SELECT ts_us, holder, application, query, xact_s, 1 - idle_share,
-           CASE WHEN state LIKE 'idle in transaction%' THEN 'active' ELSE state END,
-           CASE WHEN state LIKE 'idle in transaction%' THEN NULL ELSE state_s END,
-           state NOT LIKE 'idle in transaction%'
+           CASE WHEN read_idle THEN 'active' ELSE state END,
+           CASE WHEN read_idle THEN NULL ELSE state_s END, NOT read_idle
     FROM split WHERE idle_share < 1),
 locks AS MATERIALIZED (
     SELECT ts_us, ts_us // 1000000 AS second, pid, any_value(locktype) AS locktype,
