@@ -19,10 +19,10 @@ transactions, how fast latency grew over the window, and each objective. Per var
   complete N/R(N), the closed loop's throughput at N);
 - the capacity at each objective (p99<5ms): per repeat, the rate at which the share of
   transactions above the threshold (skipped ones counted above: they were already too late)
-  crosses 1 - the quantile, interpolated (in the logarithm of that share) between the last
-  rate meeting it and the first rate missing it; then the mean over repeats with its Student-t
-  95% interval. The highest rate below the first miss, not the highest rate met: a rate met
-  above a miss is noise, not capacity.
+  crosses 1 - the quantile, interpolated (in the logarithm of that share) between the highest
+  rate meeting it and the next rate, missing it; then the mean over repeats with its Student-t
+  95% interval. The highest rate met, not the first miss: the wait for a turn only grows with
+  the rate, so a miss below a rate met is a stall of the host, said but not the capacity.
 
 A pure function of the store's rows: nothing here talks to a server.
 """
@@ -180,10 +180,13 @@ class Capacity:
     tps: float | None  # mean over the repeats that bracket it
     ci95: tuple[float, float] | None  # Student-t over them (2 or more)
     per_repeat: list[float | None]  # None: below the lowest rate, or above the highest
-    below: int  # repeats whose lowest rate already missed it
-    above: int  # repeats whose every rate met it
+    below: int  # repeats that met it at no rate
+    above: int  # repeats whose highest rate met it
     lowest_rate: float
     highest_rate: float
+    # Misses below a rate the same repeat met: queueing delay only grows with the rate, so
+    # what made these late was not the rate (the host stalled); each with its rate.
+    stalls: list[float] = field(default_factory=list)
 
     @property
     def said(self) -> str:
@@ -192,11 +195,11 @@ class Capacity:
         if self.tps is None:
             if self.above and not self.below:
                 return (
-                    f"{self.objective} held at every rate offered, up to "
-                    f"{self.highest_rate:,.0f} tps: the capacity is beyond"
+                    f"{self.objective} held up to the highest rate offered, "
+                    f"{self.highest_rate:,.0f} tps: the capacity is beyond{self._stalls}"
                 )
             return (
-                f"{self.objective} was missed already at the lowest rate offered, "
+                f"{self.objective} was missed at every rate offered, from "
                 f"{self.lowest_rate:,.0f} tps: the capacity is below it"
             )
         interval = (
@@ -206,11 +209,21 @@ class Capacity:
         )
         others = []
         if self.below:
-            others.append(f"{self.below} missed it at the lowest rate")
+            others.append(f"{self.below} missed it at every rate")
         if self.above:
-            others.append(f"{self.above} met it at every rate")
+            others.append(f"{self.above} met it up to the highest rate")
         rest = f"; of the other repeats, {', '.join(others)}" if others else ""
-        return f"{self.tps:,.0f} tps while {self.objective}{interval}{rest}"
+        return f"{self.tps:,.0f} tps while {self.objective}{interval}{rest}{self._stalls}"
+
+    @property
+    def _stalls(self) -> str:
+        if not self.stalls:
+            return ""
+        rates = ", ".join(f"{r:,.0f}" for r in sorted(self.stalls))
+        return (
+            f"; missed {len(self.stalls)} time{'s' if len(self.stalls) != 1 else ''} at a rate "
+            f"below one the same repeat met ({rates} tps): a stall of the host, not of the rate"
+        )
 
 
 @dataclass(frozen=True)
@@ -477,19 +490,24 @@ def _capacity(
         return None
     first = next(iter(by_repeat.values()))[0][1]
     per_repeat: list[float | None] = []
+    stalls: list[float] = []
     below = above = 0
     rates = sorted({rate for points in by_repeat.values() for rate, _ in points})
     for repeat in sorted(by_repeat):
         points = sorted(by_repeat[repeat], key=lambda p: p[0])
-        miss = next((i for i, (_, o) in enumerate(points) if not o.met), None)
-        if miss is None:
-            above += 1
-            per_repeat.append(None)
-        elif miss == 0:
+        # The highest rate met, and the miss above it, bracket the crossing; a miss below
+        # a rate met came from something other than the rate (see Capacity.stalls).
+        last = max((i for i, (_, o) in enumerate(points) if o.met), default=None)
+        if last is None:
             below += 1
             per_repeat.append(None)
+            continue
+        stalls += [rate for rate, o in points[:last] if not o.met]
+        if last == len(points) - 1:
+            above += 1
+            per_repeat.append(None)
         else:
-            per_repeat.append(_crossing(points[miss - 1], points[miss]))
+            per_repeat.append(_crossing(points[last], points[last + 1]))
     estimates = [c for c in per_repeat if c is not None]
     return Capacity(
         name,
@@ -502,6 +520,7 @@ def _capacity(
         above,
         rates[0],
         rates[-1],
+        stalls,
     )
 
 
