@@ -274,15 +274,30 @@ def _collect_while(
 
 def _lock_wait(conn_params: Any, first: str, second: str, release: str, hold_s: float) -> int:
     """Session 1 runs `first` and holds; session 2, a backend started now, runs `second` and
-    waits until session 1 runs `release` `hold_s` later. Returns session 2's PID."""
+    waits; once pg_locks shows it waiting, session 1 holds on `hold_s` more, then runs
+    `release`: the wait lasts `hold_s` at least, however late session 2 got to its lock.
+    Returns session 2's PID."""
     holder = conn_params.connect()
     holder.execute(first)
     waiter = conn_params.connect()
     pid = int(waiter.execute("SELECT pg_backend_pid()").fetchone()[0])
-    timer = threading.Timer(hold_s, lambda: holder.execute(release))
-    timer.start()
+
+    def hold_then_release() -> None:
+        # The holder looks itself: no backend more, and inside the row lock's transaction
+        # its reads commit nothing (the test counts the cluster's commits).
+        wait_until(
+            lambda: holder.execute(
+                "SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted", (pid,)
+            ).fetchone(),
+            f"session {pid} waiting for its lock",
+        )
+        holder.execute("SELECT pg_sleep(%s)", (hold_s,))
+        holder.execute(release)
+
+    releaser = threading.Thread(target=hold_then_release)
+    releaser.start()
     waiter.execute(second)
-    timer.join()
+    releaser.join()
     waiter.close()
     holder.close()
     return pid
@@ -349,7 +364,7 @@ def test_traces_backends_that_start_later_and_nothing_of_another_cluster(
         db.close()
     # the waiting backend started after the trace attached, and its one wait is there
     assert [(o, m, n) for o, m, n, _ in waits] == [("transactionid", "ShareLock", 1)], waits
-    assert 0.25e9 <= waits[0][3] <= 5e9, waits
+    assert 0.3e9 <= waits[0][3] <= 5e9, waits
     # 211 autocommit SELECTs of a late backend, plus connection start-ups; not the other
     # cluster's 1000
     assert commits is not None and 211 <= commits[0] < 211 + 150, commits
