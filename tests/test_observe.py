@@ -314,12 +314,12 @@ def test_an_observed_usl_fit_matches_a_sweep_of_the_same_workload(
     for n, a, b in zip(STEPS, run_curve, observed_curve, strict=True):
         assert abs(b - a) <= 0.25 * a, (n, run_fit, observed_fit)
     assert abs(max(observed_curve) - max(run_curve)) <= 0.25 * max(run_curve)
-    inside = [
-        fit["n_star"] is not None and fit["n_star"] <= max(STEPS) for fit in (run_fit, observed_fit)
-    ]
-    assert inside[0] == inside[1], (run_fit, observed_fit)
-    if all(inside):
-        assert abs(observed_fit["n_star"] - run_fit["n_star"]) <= 0.25 * run_fit["n_star"]
+    # Where either fit turns over inside the range, the other turns over within 25% of it
+    # (one at 7.9 and one at 8.3 clients agree, though only one lies inside).
+    if any(f["n_star"] is not None and f["n_star"] <= max(STEPS) for f in (run_fit, observed_fit)):
+        n_stars = (run_fit["n_star"], observed_fit["n_star"])
+        assert None not in n_stars, (run_fit, observed_fit)
+        assert abs(n_stars[1] - n_stars[0]) <= 0.25 * n_stars[0], (run_fit, observed_fit)
     # `compare` sets the observation's windows at N sessions beside the sweep's N clients.
     compared = pgscope("compare", swept_doc["run_dir"], doc["run_dir"], "--json")
     assert compared.returncode == 0, compared.stderr[-2000:]
