@@ -97,18 +97,20 @@ def test_profiles_hold_only_the_target_clusters_processes(
     subprocess.run(
         pgbench_argv(pg, cluster, "-i", "-s", "1", "-q"), check=True, capture_output=True
     )
-    timer = threading.Timer(
-        5.0,
-        lambda: delayed.append(
-            subprocess.Popen(
-                pgbench_argv(pg, cluster, "-S", "-c", "2", "-j", "1", "-T", "4"),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+
+    def load_once_recording(elapsed: float) -> None:
+        # Counted from the collectors' start, not the test's: however long perf and bpftrace
+        # took to attach, the load begins 2 s into the 10 s recorded and ends inside it.
+        if elapsed >= 2 and not delayed:
+            delayed.append(
+                subprocess.Popen(
+                    pgbench_argv(pg, cluster, "-S", "-c", "2", "-j", "1", "-T", "4"),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             )
-        ),
-    )
+
     try:
-        timer.start()
         result = collect(
             name="profile",
             selection={
@@ -121,9 +123,9 @@ def test_profiles_hold_only_the_target_clusters_processes(
             results_dir=tmp_path,
             command_line="test",
             say=lambda _: None,
+            every_second=load_once_recording,
         )
     finally:
-        timer.cancel()
         for proc in [other_load, *delayed]:
             proc.terminate()
             proc.wait(10)
