@@ -70,10 +70,16 @@ def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path)
     doc = run_case(case, tmp_path)
     diag = diagnosis(doc, case, expected)
     peaks = [s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]]
-    shown = {n: f["value"] for p in peaks for n, f in p.items() if n.startswith(("wal.", "wait."))}
-    assert top_finding(diag) == expected, (
-        json.dumps(diag["findings"][:3], indent=1)[:3000] + json.dumps(shown)[:1500]
-    )
+    # What a failure needs to be read after its run folder is gone: every finding reported,
+    # a line each, and the peaks' facts the ranking and the confidence bounds read.
+    said = [
+        [f["id"], f["variant"], f["clients"], f["confidence"], f["score"], f["share"]]
+        + f["weakened_by"]
+        for f in diag["findings"]
+    ]
+    read = ("wait.", "host.", "locks.", "scaling.", "variants.")
+    shown = {n: f["value"] for p in peaks for n, f in p.items() if n.startswith(read)}
+    assert top_finding(diag) == expected, json.dumps(said) + json.dumps(shown)[:4000]
     assert not diag["weak"]
     title = diag["findings"][0]["title"].lower()
     for word in CASES[case].named:
