@@ -287,8 +287,8 @@ def test_a_capacity_outside_the_rates_offered_says_so_without_a_number() -> None
 def test_a_miss_below_a_rate_the_repeat_met_is_a_stall_not_the_capacity() -> None:
     """Met up to 8,000 and missed from 10,000 in every repeat; repeat 1 also missed at 4,000
     and repeat 2 at 2,000, its lowest rate (CI, 2026-11-27: one repeat of three over 10 ms at
-    5% of the peak, met from 10% to 40%). Queueing delay only grows with the rate, so a miss
-    with a met rate above it is not where the rate crossed the objective."""
+    5% of the peak, the pooled steps met it from 10% up). Queueing delay only grows with the
+    rate, so a miss with a met rate above it is not where the rate crossed the objective."""
     above = {(r, rate): 0.0 if rate <= 8000 else 0.3 for r in (1, 2, 3) for rate in RATES}
     clean = _sweep(RATES, ACHIEVED, above)
     above[(1, 4000.0)] = 0.05
