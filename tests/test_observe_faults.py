@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,7 +208,7 @@ def test_a_killed_observation_keeps_every_window_closed_before_the_kill(
     watcher = observing(cluster, tmp_path / "results")
     try:
         let_windows_pass(OBSERVED_S)
-        killed_us = time.time_ns() // 1000
+        killed_us = now_us()
         watcher.send_signal(signal.SIGKILL)
         watcher.wait(timeout=10)
     finally:
@@ -252,7 +251,7 @@ def test_a_full_results_disk_stops_the_observation_and_keeps_its_windows(
         watcher = observing(cluster, results)
         try:
             let_windows_pass(OBSERVED_S)
-            filled_us = time.time_ns() // 1000
+            filled_us = now_us()
             fill(results)
             _, err = watcher.communicate(timeout=90)
         finally:
@@ -287,7 +286,7 @@ def test_a_lost_server_ends_the_observation_within_seconds(
     assert postmaster is not None
     try:
         let_windows_pass(OBSERVED_S)
-        killed_us = time.time_ns() // 1000
+        killed_us = now_us()
         os.kill(postmaster, signal.SIGKILL)
         _, err = watcher.communicate(timeout=90)
     finally:
