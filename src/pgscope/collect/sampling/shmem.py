@@ -61,6 +61,7 @@ PIDS_SQL = "SELECT pid, backend_type FROM pg_stat_activity"
 # Our own statement in a known wait and state, reporting its own query_id.
 PROBE_S = 0.5
 PROBE_ATTEMPTS = 3
+IDLE_WAIT_S = 2.0  # for an idle session to be back in its ClientRead wait
 PROBE_SQL = "SELECT query_id, pg_sleep(%s) FROM pg_stat_activity WHERE pid = pg_backend_pid()"
 
 
@@ -227,17 +228,22 @@ def calibrate(session: psycopg.Connection[Any], postmaster: int) -> Layout:
     )
     statuses = Array(status_address, status_size // status_stride, status_stride, status_pid)
 
-    # A loaded host can start the probe's pg_sleep late, or show a field that changed by
-    # chance between the two readings: the probe is tried again before giving up (a single
-    # probe failed so in a load pass of the suite on 2 busy CPUs).
+    # A field can change by chance between the two readings: the probe is tried again before
+    # giving up. Each reading waits for the state it needs rather than for a time: a loaded host
+    # (the suite's first pass on 2 busy CPUs) can reply before the backend is back in its
+    # ClientRead wait, and start the probe's pg_sleep late.
     for _attempt in range(PROBE_ATTEMPTS):
-        idle_proc, idle_status = _own_slots(postmaster, procs, statuses, own)
+        idle_proc, idle_status = _idle_slots(postmaster, procs, statuses, own)
         probe = _Probe(session)
         waits: list[int] = []
         states: list[int] = []
         try:
-            deadline = time.monotonic() + PROBE_S * 0.8
-            while time.monotonic() < deadline and (len(waits) != 1 or len(states) != 1):
+            deadline = time.monotonic() + PROBE_S + IDLE_WAIT_S
+            while (
+                probe.thread.is_alive()
+                and time.monotonic() < deadline
+                and (len(waits) != 1 or len(states) != 1)
+            ):
                 time.sleep(0.02)  # until our session is seen in its pg_sleep
                 busy_proc, busy_status = _own_slots(postmaster, procs, statuses, own)
                 waits = _field(
@@ -298,6 +304,17 @@ def _own_slots(postmaster: int, procs: Array, statuses: Array, own: int) -> tupl
             raise ShmemError("our own session is missing from the server's shared memory")
         found.append(region[index * array.stride : (index + 1) * array.stride])
     return found[0], found[1]
+
+
+def _idle_slots(postmaster: int, procs: Array, statuses: Array, own: int) -> tuple[bytes, bytes]:
+    """Our idle session's slots once its PGPROC shows the ClientRead wait somewhere, or as they
+    are after IDLE_WAIT_S: the server answers before it waits on the socket again."""
+    deadline = time.monotonic() + IDLE_WAIT_S
+    while True:
+        proc, status = _own_slots(postmaster, procs, statuses, own)
+        if _field(proc, proc, lambda a, _b: a == CLIENT_READ) or time.monotonic() > deadline:
+            return proc, status
+        time.sleep(0.01)
 
 
 class _Probe:
