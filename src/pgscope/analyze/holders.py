@@ -38,7 +38,7 @@ Holders = dict[tuple[int | None, str], list[tuple[Any, ...]]]
 _HEADS_SQL = """
 WITH RECURSIVE waiting AS MATERIALIZED (
     SELECT pid, ts_us // 1000000 AS second, {wait_type} || ':' || {wait_event} AS event,
-           any_value(query_id) AS query_id
+           arg_max(query_id, ts_us) AS query_id
     FROM {source} WHERE {where} AND wait_event_type = 'Lock' GROUP BY ALL),
 readings AS MATERIALIZED (
     SELECT * FROM activity_blockers
@@ -100,19 +100,22 @@ locks AS MATERIALIZED (
 -- (a lock wait's event is its lock's type): a second can hold two waits.
 matched AS MATERIALIZED (
     SELECT e.ts_us, e.waiter, e.holder, l.locktype, l.relation, l.mode,
-           arg_max(w.query_id, (w.event = 'Lock:' || l.locktype)::int) AS query_id,
-           arg_max(w.event, (w.event = 'Lock:' || l.locktype)::int) AS event
+           arg_max(w.query_id, ((w.event = 'Lock:' || l.locktype)::int, w.event)) AS query_id,
+           arg_max(w.event, ((w.event = 'Lock:' || l.locktype)::int, w.event)) AS event
     FROM heads e
     JOIN locks l ON l.ts_us = e.ts_us AND l.pid = e.waiter
     -- keyed on the lock's (pid, second): keyed on the waiter alone, the planner joined every
     -- second of a session's waits to every reading of it
     JOIN waiting w ON w.pid = l.pid AND w.second = l.second
     GROUP BY ALL)
+-- The same rows in every process: ties are broken by value, and the means and sums are
+-- rounded below the last digit a reading holds (DuckDB adds floats in the order its threads
+-- finish: two reports of one store differed in the 17th digit).
 SELECT m.query_id, m.event, m.locktype, m.relation, m.mode, p.state,
-       p.application, coalesce(arg_max(p.query, p.read_so::int), ''),
-       avg(p.xact_s), avg(p.state_s), sum(p.weight)
+       p.application, coalesce(arg_max(p.query, (p.read_so::int, p.ts_us)), ''),
+       round(avg(p.xact_s), 6), round(avg(p.state_s), 6), round(sum(p.weight), 9) AS weight
 FROM matched m JOIN parts p ON p.ts_us = m.ts_us AND p.holder = m.holder
-GROUP BY ALL ORDER BY sum(p.weight) DESC
+GROUP BY ALL ORDER BY weight DESC, 1, 2, 3, 4, 5, 6, 7, 8
 """
 # How far back a holder's own samples are read from a reading (seconds).
 _SPAN_S = 1.0

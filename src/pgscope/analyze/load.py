@@ -211,7 +211,7 @@ def _accounts(
     if not waits.has_samples(db):
         return []
     texts = {int(q): t for q, t in section.texts.items()}
-    for q, t in db.execute("SELECT query_id, query FROM activity_queries").fetchall():
+    for q, t in db.execute("SELECT query_id, query FROM activity_queries ORDER BY 1, 2").fetchall():
         texts.setdefault(int(q), str(t))
     closed = account.closed_branches(db, section, target_kind)
     measured = [s for s in steps if s.status in ("ok", "errors", "mixed") and _window(s)]

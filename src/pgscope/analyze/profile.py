@@ -407,9 +407,16 @@ def function_table(profile: Profile, min_share: float = 0.001) -> FunctionTable:
         profile.total,
         kernel_user_split(profile).kernel,
         kernel_lock_share(profile).value,
-        {n: v for n, v in self_values.most_common() if v >= floor and v > 0},
-        {n: v for n, v in total_values.most_common() if v >= floor and v > 0},
+        _ranked(self_values, floor),
+        _ranked(total_values, floor),
     )
+
+
+def _ranked(values: Counter[str], floor: float) -> dict[str, int]:
+    """Largest first, ties by name: counts come from sets of frames, whose order is each
+    process's own (string hashing is seeded per process)."""
+    ranked = sorted(values.items(), key=lambda item: (-item[1], item[0]))
+    return {n: v for n, v in ranked if v >= floor and v > 0}
 
 
 @dataclass(frozen=True)

@@ -237,7 +237,7 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
     texts = {
         str(q): str(t)
         for q, t in db.execute(
-            "SELECT queryid, any_value(query) FROM statement_texts GROUP BY 1"
+            "SELECT queryid, min(query) FROM statement_texts GROUP BY 1 ORDER BY 1"
         ).fetchall()
         if int(q) in called
     }
