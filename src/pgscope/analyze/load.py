@@ -218,9 +218,10 @@ def _accounts(
     if not steps:  # `sample`, `trace`, `profile`: the whole session
         return [account.build(db, None, section, texts, "whole", None, None, None, closed)]
     if observed is not None:
+        read = account.Steps.read(db, [s.step_id for s in measured])
         windows = [
             account.build(db, [s.step_id], section, texts, "window", s.variant, s.clients,
-                          s.step_id, closed)
+                          s.step_id, closed, None, read)
             for s in measured
         ]  # fmt: skip
         whole = [s.step_id for s in measured]
