@@ -136,13 +136,26 @@ _Sample = tuple[str, str, int | None, int]  # wait type, event, query id, sample
 @dataclass(frozen=True)
 class Steps:
     """What a scope reads of the samples, read for many steps in one pass each, by step: an
-    hour's observation has 360 windows, and one reading per window read all of its samples
-    360 times (39 of the 69 s its analysis took)."""
+    hour's observation has 360 windows and the whole, and one reading per scope read all of
+    its samples 361 times (39 of the 69 s its analysis took)."""
 
     samples: dict[int, list[_Sample]]
-    instants: dict[int, int]
-    seconds: dict[int, float]
+    instants: dict[int, int]  # a sample is in one step: a scope's instants are its steps' sum
+    window_us: dict[int, int]
     blockers: dict[int | None, Holders]
+
+    def of(self, step_ids: list[int]) -> tuple[list[_Sample], int, float]:
+        """The samples, instants and seconds of the steps together."""
+        counts: dict[tuple[str, str, int | None], int] = defaultdict(int)
+        for step in step_ids:
+            for t, e, q, n in self.samples.get(step, []):
+                counts[(t, e, q)] += n
+        samples = sorted(
+            ((t, e, q, n) for (t, e, q), n in counts.items()),
+            key=lambda r: (-r[3], r[0], r[1], r[2] is None, r[2] or 0),
+        )
+        instants = sum(self.instants.get(step, 0) for step in step_ids)
+        return samples, instants, sum(self.window_us.get(step, 0) for step in step_ids) / 1e6
 
     @classmethod
     def read(cls, db: duckdb.DuckDBPyConnection, step_ids: list[int]) -> Steps:
@@ -160,14 +173,14 @@ class Steps:
                 "GROUP BY 1"
             ).fetchall()
         }
-        seconds = {
-            int(step): float(s)
-            for step, s in db.execute(
-                f"SELECT step_id, sum(window_end_us - window_start_us) / 1e6 FROM steps "
-                f"WHERE {where} AND window_end_us IS NOT NULL GROUP BY 1"
+        window_us = {
+            int(step): int(us)
+            for step, us in db.execute(
+                f"SELECT step_id, window_end_us - window_start_us FROM steps "
+                f"WHERE {where} AND window_end_us IS NOT NULL AND window_start_us IS NOT NULL"
             ).fetchall()
         }
-        return cls(samples, instants, seconds, lock_holders_by_step(db, IN_WINDOWS, where))
+        return cls(samples, instants, window_us, lock_holders_by_step(db, IN_WINDOWS, where))
 
 
 class _Scope:
@@ -192,15 +205,13 @@ class _Scope:
             self.source, where = _WHOLE_SESSION, "TRUE"
         else:
             self.source, where = IN_WINDOWS, f"step_id IN ({', '.join(map(str, step_ids))})"
-        if read is not None and step_ids is not None and len(step_ids) == 1:
-            step = step_ids[0]
-            self.samples = read.samples.get(step, [])
-            self.instants = read.instants.get(step, 0)
-            self.seconds = read.seconds.get(step, 0.0)
-            blockers: Holders | None = read.blockers.get(step, {})
+        blockers: Holders | None = None
+        if read is not None and step_ids is not None:
+            self.samples, self.instants, self.seconds = read.of(step_ids)
+            if len(step_ids) == 1:
+                blockers = read.blockers.get(step_ids[0], {})
         else:
             self._read(db, step_ids, where)
-            blockers = None
         self.total = sum(n for *_, n in self.samples)
         self.alias = self._alias()
         self.samples = self._grouped_samples()

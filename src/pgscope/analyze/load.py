@@ -228,7 +228,7 @@ def _accounts(
         if not whole:
             return windows
         return [
-            account.build(db, whole, section, texts, "whole", None, None, None, closed),
+            account.build(db, whole, section, texts, "whole", None, None, None, closed, None, read),
             *windows,
         ]
     by_cell: dict[tuple[str, int, float | None], list[int]] = defaultdict(list)
