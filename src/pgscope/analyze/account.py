@@ -195,8 +195,9 @@ class _Scope:
         read: Steps | None = None,
     ) -> None:
         """`step_ids` None: every sample of a session that has no steps (`sample`, `trace`,
-        `profile`), over the time its activity collector ran; `read`: what a scope of one
-        step reads, already read."""
+        `profile`), over the time its activity collector ran; `read`: Steps.read of the
+        scope's steps, from which its samples, instants and seconds are summed (and its lock
+        holders taken, for a scope of one step)."""
         self.db = db
         self.step_ids = step_ids or []
         self.section = statements
@@ -371,7 +372,7 @@ def build(
     read: Steps | None = None,
 ) -> Account:
     """The account of the steps `step_ids` (their measured windows); None: of a whole
-    session that has no steps. `read`: Steps.read of many one-step scopes."""
+    session that has no steps. `read`: Steps.read of steps that several scopes share."""
     s = _Scope(db, step_ids, statements, texts, read)
     classes: dict[str, list[tuple[str, int | None, int]]] = defaultdict(list)
     for wtype, event, query_id, n in s.samples:
