@@ -137,7 +137,7 @@ _Sample = tuple[str, str, int | None, int]  # wait type, event, query id, sample
 class Steps:
     """What a scope reads of the samples, read for many steps in one pass each, by step: an
     hour's observation has 360 windows and the whole, and one reading per scope read all of
-    its samples 361 times (39 of the 69 s its analysis took)."""
+    its samples 361 times (analysis and report took 57-62 s, 27-31 s since: docs/benchmarks.md)."""
 
     samples: dict[int, list[_Sample]]
     instants: dict[int, int]  # a sample is in one step: a scope's instants are its steps' sum
