@@ -23,7 +23,8 @@ RUNS = Path(__file__).parent / "data" / "runs"
 RECORDED = sorted(p.name for p in RUNS.glob("*") if (p / "run.duckdb.gz").is_file())
 
 
-def _replayed(case: str, folder: Path) -> RunAnalysis:
+def _unpacked(case: str, folder: Path) -> Path:
+    """The recorded case's run folder, its store unpacked into `folder`."""
     run_dir = folder / f"20260101-000000-{case}-0000"
     run_dir.mkdir()
     with (
@@ -31,7 +32,11 @@ def _replayed(case: str, folder: Path) -> RunAnalysis:
         (run_dir / "run.duckdb").open("wb") as dst,
     ):
         shutil.copyfileobj(src, dst)
-    return load_analysis(run_dir, bootstrap=50)
+    return run_dir
+
+
+def _replayed(case: str, folder: Path) -> RunAnalysis:
+    return load_analysis(_unpacked(case, folder), bootstrap=50)
 
 
 def test_every_planted_case_is_recorded() -> None:
@@ -73,8 +78,7 @@ def test_a_store_reads_to_the_same_bytes_in_every_process(case: str, tmp_path: P
     """An analysis is a function of its store: `report --format json` in two processes, with
     different string hashing, prints the same bytes (a central repository's report is
     compared byte for byte with the folder's)."""
-    _replayed(case, tmp_path)
-    run_dir = next(tmp_path.iterdir())
+    run_dir = _unpacked(case, tmp_path)
     printed = [
         subprocess.run(
             [sys.executable, "-m", "pgscope", "report", str(run_dir), "--format", "json"],

@@ -150,10 +150,7 @@ class Steps:
         for step in step_ids:
             for t, e, q, n in self.samples.get(step, []):
                 counts[(t, e, q)] += n
-        samples = sorted(
-            ((t, e, q, n) for (t, e, q), n in counts.items()),
-            key=lambda r: (-r[3], r[0], r[1], r[2] is None, r[2] or 0),
-        )
+        samples = [(t, e, q, n) for (t, e, q), n in counts.items()]
         instants = sum(self.instants.get(step, 0) for step in step_ids)
         return samples, instants, sum(self.window_us.get(step, 0) for step in step_ids) / 1e6
 
