@@ -23,8 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.evidence import shortfalls
 from tests.plant import busy_neighbours, cold_page_cache, slow_writes, slow_writes_unavailable
-from tests.planted import CASES, SLOW_WAL_DEVICE, spec_text
+from tests.planted import CASES, EVIDENCE, SLOW_WAL_DEVICE, spec_text
 from tests.runs import write_facts
 
 RUNS = Path(__file__).parent / "data" / "runs"
@@ -69,6 +70,11 @@ def record(name: str) -> Path:
         if done.returncode != 0:
             raise SystemExit(f"record: {name} failed: {done.stderr[-2000:]}")
         document = json.loads(done.stdout)
+        # A run whose cause did not take (a host too busy to queue, a plant that failed)
+        # would make a recording that proves nothing: keep none.
+        missing = shortfalls(document, EVIDENCE[name])
+        if missing:
+            raise SystemExit(f"record: {name} does not show its cause: {'; '.join(missing)}")
         run_dir = Path(document["run_dir"])
         target = RUNS / name
         shutil.rmtree(target, ignore_errors=True)

@@ -1,13 +1,13 @@
-"""The diagnosis on short real runs: for each planted bottleneck, the top finding names the
-planted cause (the field-case recipes get the same check in tests/test_recipes.py).
+"""The planted bottlenecks on short real runs: each leaves the evidence it declares
+(tests/planted.py's EVIDENCE); the controls show the rules silent where a cause is absent.
+Which finding ranks first is proven on each case's recording (tests/test_recorded.py).
 
-The same cases, recorded, are the fixtures of tests/test_diagnose.py: run this file with
-PGSCOPE_RECORD_FACTS=1 to write them again (tests/data/facts/<case>.json)."""
+Run this file with PGSCOPE_RECORD_FACTS=1 to write the fact sheets tests/test_diagnose.py
+replays again (tests/data/facts/<case>.json); `python -m tests.record` records the stores."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from tests.cli import cli_processes, pgscope
+from tests.evidence import shortfalls
 from tests.plant import busy_neighbours, cold_page_cache, slow_writes, slow_writes_unavailable
-from tests.planted import CASES, COMMON, PARTITIONS, SLOW_WAL_DEVICE, spec_text
-from tests.runs import diagnosis, run_doc, top_finding
+from tests.planted import CASES, COMMON, EVIDENCE, PARTITIONS, SLOW_WAL_DEVICE, spec_text
+from tests.runs import diagnosis, run_doc, write_facts
 
 pytestmark = [pytest.mark.server, pytest.mark.load]
 PLANTS = {
@@ -63,32 +64,21 @@ def run_case(name: str, folder: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_top_finding_names_the_planted_bottleneck(case: str, tmp_path: Path) -> None:
-    """The planted cause comes first, confidently, named down to what the account reached;
-    and the account of every cell adds up."""
-    expected = CASES[case].expected
+def test_a_planted_cause_leaves_its_evidence(case: str, tmp_path: Path) -> None:
+    """The planted cause leaves what tests/planted.py's EVIDENCE declares (its waits, plan
+    nodes, counters, lock holders, at wide margins), and the account of every cell adds up.
+    Which finding comes first is proven on the case's recording (tests/test_recorded.py):
+    a ranking moves with the host's load, the evidence does not."""
     doc = run_case(case, tmp_path)
-    diag = diagnosis(doc, case, expected)
-    peaks = [s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]]
-    # What a failure needs to be read after its run folder is gone: every finding reported,
-    # a line each, and the peaks' facts the ranking and the confidence bounds read.
-    said = [
-        [f["id"], f["variant"], f["clients"], f["confidence"], f["score"], f["share"]]
-        + f["weakened_by"]
-        for f in diag["findings"]
-    ]
-    read = ("wait.", "host.", "locks.", "scaling.", "variants.")
-    shown = {n: f["value"] for p in peaks for n, f in p.items() if n.startswith(read)}
-    assert top_finding(diag) == expected, json.dumps(said) + json.dumps(shown)[:4000]
-    assert not diag["weak"]
-    title = diag["findings"][0]["title"].lower()
-    for word in CASES[case].named:
-        assert word.lower() in title, (word, diag["findings"][0]["title"])
+    if os.environ.get("PGSCOPE_RECORD_FACTS"):
+        write_facts(doc, case, CASES[case].expected)
+    missing = shortfalls(doc, EVIDENCE[case])
+    assert not missing, "\n".join(missing)
     _accounts_add_up(doc)
     if case == "partition-locks":
-        _partition_locks(doc, diag)
+        _partition_locks(doc)
     if case == "missing-index":
-        _missing_index(diag)
+        _missing_index(doc)
 
 
 def _accounts_add_up(doc: dict[str, Any]) -> None:
@@ -105,16 +95,22 @@ def _accounts_add_up(doc: dict[str, Any]) -> None:
         assert top["detail"]["query_id"] is None or top["detail"]["text"], top
 
 
-def _missing_index(diag: dict[str, Any]) -> None:
+def _peaks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each variant's facts at its largest client count (where EVIDENCE reads them too)."""
+    sheets = sorted((s for s in doc["facts"] if s["variant"]), key=lambda s: s["clients"])
+    return {s["variant"]: s["facts"] for s in sheets}
+
+
+def _missing_index(doc: dict[str, Any]) -> None:
     """The statement's generic plan names the column an index would serve."""
-    evidence = {e["name"]: e for e in diag["findings"][0]["evidence"]}
-    plan = evidence["plan.seq_filter.items"]
+    plan = _peaks(doc)["base"]["plan.seq_filter.items"]
     assert "(val = $1)" in plan["label"], plan
     assert "CREATE INDEX CONCURRENTLY ON items (val)" in plan["label"], plan
 
 
-def _partition_locks(doc: dict[str, Any], diag: dict[str, Any]) -> None:
-    """The lock-manager finding names the table, on the variant that does not prune only.
+def _partition_locks(doc: dict[str, Any]) -> None:
+    """The generic plan's sessions hold more locks than the fast-path slots, in the shared
+    table at least as far as the slots force them (EVIDENCE holds the bounds of each variant).
 
     What share of the lock entries a reading finds in the shared table depends on when it
     catches each session: partway through taking its 130 locks (18 to 34 relations held in
@@ -123,19 +119,10 @@ def _partition_locks(doc: dict[str, Any], diag: dict[str, Any]) -> None:
     shared entries and no fast-path one). Live runs gave 0.43 (CI), 0.61 and 0.89 at the peak.
     What holds by the mechanism: no session has more than 16 fast-path entries, so the share is
     at least what the relations past 16 make of them, and a pruned plan has none."""
-    top = diag["findings"][0]
-    assert top["variant"] == "generic" and "orders" in top["title"], top["title"]
-    assert not [
-        f for f in diag["findings"] if f["id"] == "lock-manager" and f["variant"] != "generic"
-    ]
-    peaks = {s["variant"]: s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]}
-    generic, custom = peaks["generic"], peaks["custom"]
-    assert generic["locks.per_backend"]["value"] > 16 >= custom["locks.per_backend"]["value"]
+    generic = _peaks(doc)["generic"]
     assert f"{PARTITIONS} partitions" in generic["locks.table.orders"]["label"]
     per_backend = generic["locks.per_backend"]["value"]
     assert generic["locks.non_fastpath_share"]["value"] >= (per_backend - 16) / per_backend - 1e-9
-    assert custom["locks.non_fastpath_share"]["value"] == 0.0
-    assert generic["locks.manager_share"]["value"] > 0.1 > custom["locks.manager_share"]["value"]
 
 
 def test_lock_manager_is_silent_where_locks_fit_the_fast_path_slots(tmp_path: Path) -> None:
@@ -178,8 +165,8 @@ def test_a_hot_page_on_two_cores_shows_no_spinlock_or_snapshot_hot_spot(tmp_path
     CPUs; PostgreSQL 15 pins by compare-and-swap, and on 2 cores almost nothing spins
     (measured: no spinning sample in 1,475 at 64 clients; GetSnapshotData 0.5%). So this is
     the rules' control on real profiles: the facts are there, the rules stay silent, and the
-    load is what it is, CPU-bound. Recorded as `hot-page`: tests/test_hot_spots.py plants
-    the hot spots in built profiles."""
+    load is what it is, CPU-bound (a rank is read on recordings, not here). Recorded as
+    `hot-page`: tests/test_hot_spots.py plants the hot spots in built profiles."""
     (tmp_path / "hot.sql").write_text("select v from hot where id = 1;\n")
     (tmp_path / "schema.sql").write_text(
         "create table hot(id int primary key, v int);\ninsert into hot values (1, 1);\n"
@@ -201,7 +188,6 @@ def test_a_hot_page_on_two_cores_shows_no_spinlock_or_snapshot_hot_spot(tmp_path
     )
     doc = run_doc(result)
     diag = diagnosis(doc, "hot-page", "cpu-saturation")
-    assert top_finding(diag) == "cpu-saturation", json.dumps(diag["findings"][:3])[:2000]
     found = {f["id"] for f in diag["findings"]}
     assert not found & {"spinlock-contention", "snapshot-cost"}, found
     [facts] = [s["facts"] for s in doc["facts"] if s["variant"] and s["peak"]]
@@ -252,8 +238,6 @@ def test_lwlock_hotspot_is_named_from_traced_time(tmp_path: Path) -> None:
     result = pgscope("run", str(spec), "--json", "--results-dir", str(tmp_path / "r"), timeout=600)
     doc = run_doc(result)
     diag = diagnosis(doc, "walwrite-traced", "commit-flush")
-    assert top_finding(diag) == "commit-flush", json.dumps(diag["findings"][:3])[:2000]
-    assert diag["findings"][0]["variant"] == "sync"
     hot = {f["variant"]: f for f in diag["findings"] if f["id"] == "lwlock-hotspot"}
     assert "sync" in hot, [(f["id"], f["variant"]) for f in diag["findings"]]
     assert hot["sync"]["title"].endswith("WALWrite") and hot["sync"]["confidence"] == "high"

@@ -10,14 +10,18 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import duckdb
 import pytest
 
+from pgscope import tables
 from pgscope.analyze.load import load_analysis
 from pgscope.analyze.model import RunAnalysis, from_document, to_document
 from pgscope.render.html import report_html
-from tests.planted import CASES
+from tests.evidence import shortfalls
+from tests.planted import CASES, EVIDENCE, spec_text
 
 RUNS = Path(__file__).parent / "data" / "runs"
 RECORDED = sorted(p.name for p in RUNS.glob("*") if (p / "run.duckdb.gz").is_file())
@@ -39,8 +43,45 @@ def _replayed(case: str, folder: Path) -> RunAnalysis:
     return load_analysis(_unpacked(case, folder), bootstrap=50)
 
 
-def test_every_planted_case_is_recorded() -> None:
+def test_every_planted_case_is_proven_twice_live_and_recorded() -> None:
+    """Each planted case declares the evidence a live run must show (tests/test_findings.py)
+    and has a recording whose verdict is replayed here."""
     assert set(RECORDED) == set(CASES), "record the missing ones: python -m tests.record NAME"
+    unproven = sorted(c for c in CASES if not EVIDENCE.get(c))
+    assert not unproven, f"declare what a live run must show in tests/planted.py: {unproven}"
+    assert set(EVIDENCE) == set(CASES), sorted(set(EVIDENCE) - set(CASES))
+
+
+def _needed_collectors(case: str) -> set[str]:
+    """The collectors the case's run asks for: its spec's, or its --collectors flag's."""
+    flags = CASES[case].flags
+    if "--collectors" in flags:
+        return set(flags[flags.index("--collectors") + 1].split(","))
+    return set(tomllib.loads(spec_text(case))["collectors"])
+
+
+@pytest.mark.parametrize("case", RECORDED)
+def test_a_recording_is_as_fresh_as_the_store_and_has_every_collector_its_case_needs(
+    case: str, tmp_path: Path
+) -> None:
+    """A recording made by an older store version, or without a collector its case asks
+    for, would replay what today's pgscope no longer records: record it again."""
+    run_dir = _unpacked(case, tmp_path)
+    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        [(version,)] = db.execute("SELECT version FROM schema_info").fetchall()
+        ran = {
+            name
+            for name, available, status in db.execute(
+                "SELECT name, available, status FROM collectors"
+            ).fetchall()
+            if available and status == "complete"
+        }
+    finally:
+        db.close()
+    again = f"record it again: python -m tests.record {case}"
+    assert version == tables.STORE_VERSION, f"store version {version}; {again}"
+    assert _needed_collectors(case) <= ran, f"{sorted(_needed_collectors(case) - ran)}; {again}"
 
 
 @pytest.mark.parametrize("case", RECORDED)
@@ -48,6 +89,9 @@ def test_a_recorded_case_replays_its_finding_its_account_and_its_report(
     case: str, tmp_path: Path
 ) -> None:
     analysis = _replayed(case, tmp_path)
+    document = json.loads(json.dumps(to_document(analysis), default=str))
+    # The recording shows what its live run must (a run without the cause proves nothing).
+    assert not shortfalls(document, EVIDENCE[case])
     assert analysis.diagnosis is not None
     top = analysis.diagnosis.findings[0]
     assert top.id == CASES[case].expected, [
@@ -62,7 +106,6 @@ def test_a_recorded_case_replays_its_finding_its_account_and_its_report(
             assert sum(c.share for c in account.root.children) == pytest.approx(1, abs=0.01)
     # The JSON document reads back to the same analysis, and the report renders from it,
     # drawing the account.
-    document = json.loads(json.dumps(to_document(analysis), default=str))
     again = from_document(document)
     assert json.loads(json.dumps(to_document(again), default=str)) == document
     page = report_html(again)
