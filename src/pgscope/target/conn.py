@@ -60,7 +60,12 @@ class ConnParams:
         try:
             params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
         except psycopg.ProgrammingError as exc:
-            raise UsageError(f"{where}: not a valid connection string: {exc}") from None
+            # libpq's message quotes the text it stopped at, which may be part of a password
+            # (`password=Pw Secret`: 'missing "=" after "Secret"'): said without it.
+            raise UsageError(
+                f"{where}: not a valid connection string: {_parse_problem(str(exc))} (its "
+                f"text is not shown: it may hold a password)"
+            ) from None
         secrets = {key: params.pop(key) for key in SECRET_KEYS if key in params}
         sslpassword = secrets.get("sslpassword")
         if sslpassword is not None and "service" in params:
@@ -116,6 +121,27 @@ class ConnParams:
         if autocommit:
             _untracked(session)
         return session
+
+
+# libpq's parse errors, by their start, in words that quote nothing of the string.
+_PARSE_PROBLEMS = (
+    ('missing "=" after', "a word without \"=\" (quote a value holding spaces: password='a b')"),
+    ("unterminated quoted string", "a quoted value is not closed"),
+    ("invalid connection option", "a keyword libpq does not know"),
+    ("invalid percent-encoded token", "a %-escape of the URI is not valid"),
+    ("forbidden value %00", "the URI holds %00"),
+    ("invalid URI query parameter", "a parameter of the URI is not one libpq knows"),
+    ("missing key/value separator", 'a parameter of the URI has no "="'),
+    ("extra key/value separator", 'a parameter of the URI has two "="'),
+)
+
+
+def _parse_problem(message: str) -> str:
+    """What libpq found wrong with a connection string, without any of the string's text."""
+    for start, said in _PARSE_PROBLEMS:
+        if message.startswith(start):
+            return said
+    return "libpq cannot parse it"
 
 
 def _untracked(session: psycopg.Connection[Any]) -> None:
