@@ -263,6 +263,16 @@ class Spec(BaseModel):
             )
         return value
 
+    @field_validator("scripts", "init_sql")
+    @classmethod
+    def _paths_without_nul(cls, value: list[str] | str | None) -> list[str] | str | None:
+        # No file name holds a NUL: a received spec's `a\u0000b.sql` reached os.lstat, an
+        # internal ValueError.
+        for text in [value] if isinstance(value, str) else value or []:
+            if "\x00" in text:
+                raise ValueError("a file name cannot hold a NUL character")
+        return value
+
     @field_validator("name")
     @classmethod
     def _name_is_one_path_component(cls, value: str) -> str:
@@ -307,6 +317,8 @@ class Spec(BaseModel):
                 rates += parse_rates(item).texts()
             elif not (math.isfinite(item) and item > 0):
                 raise ValueError(f"rate {item!r} must be a number of tps above 0")
+            elif item > MAX_RATE_TPS:
+                raise ValueError(_TOO_FAST.format(rate=f"{item:g}"))
             else:
                 rates.append(float(item))
         if len(set(rates)) != len(rates):
@@ -757,6 +769,8 @@ def parse_rates(text: str) -> RateList:
             raise ValueError(f"{part!r}: a rate must be above 0")
         if high < low:
             raise ValueError(f"the range {part!r} ends below its start")
+        if not share and high > MAX_RATE_TPS:
+            raise ValueError(_TOO_FAST.format(rate=part))
         if hi is not None and step is None and not share:
             raise ValueError(f"the range {part!r} needs a step: {part}/STEP, e.g. 1000-5000/1000")
         every = float(step.rstrip("%")) if step else DEFAULT_SHARE_STEP
@@ -778,6 +792,14 @@ def parse_rates(text: str) -> RateList:
 
 
 _NUMBER = r"\d+(?:\.\d+)?"
+# pgbench schedules each thread's transactions in whole microseconds, a thread per client at
+# most: beyond a million tps per client its gaps round to zero and the rate is not offered
+# (a rate of 1e23 tps was run, and its report judged an objective on it).
+MAX_RATE_TPS = 1_000_000.0 * MAX_CLIENTS
+_TOO_FAST = (
+    "rate {rate} is beyond what pgbench can offer: it schedules in whole microseconds, a "
+    f"million tps per client at most ({MAX_RATE_TPS:,.0f} tps with {MAX_CLIENTS:,} clients)"
+)
 _RATE_PART = re.compile(rf"(?P<lo>{_NUMBER}%?)(?:-(?P<hi>{_NUMBER}%?))?(?:/(?P<step>{_NUMBER}%?))?")
 
 
