@@ -172,6 +172,11 @@ class LoadUser:
                 and found.st_nlink == 1
             ):
                 kept.append(path)
+            elif stat.S_ISDIR(found.st_mode):
+                # A folder named like a log (a script's `\\shell mkdir`) ended the run with
+                # IsADirectoryError. Out of the account's reach here: removed without
+                # following a link inside it.
+                shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink()
         return kept
