@@ -277,6 +277,45 @@ def _quoted_spans(text: str) -> list[tuple[int, int, bool]]:
     return spans
 
 
+# The statements whose constants pg_stat_statements replaces with $1, $2 ... (a utility
+# statement's text it keeps as it was run: `ALTER ROLE r PASSWORD 'secret'`).
+_NORMALISED = re.compile(
+    r"^[\s(]*(select|insert|update|delete|merge|with|values|table)\b", re.IGNORECASE
+)
+_PASSWORD = re.compile(r"password", re.IGNORECASE)
+_LITERAL = re.compile(r"'|\$[A-Za-z_]*\$")  # a string's quote, or a dollar quote's
+MASK = "'********' (masked by pgscope)"
+
+
+def masked(text: str | None) -> str | None:
+    """A statement's text as pgscope stores it: a utility statement that names a password
+    (CREATE or ALTER ROLE/USER ... PASSWORD, a user mapping's OPTIONS (password ...)) kept up
+    to and with that word, the rest replaced by MASK; anything else as it is. Comments and
+    quotes are no hiding place: the word is looked for anywhere in the text. A normalised
+    statement (`SELECT password FROM users WHERE id = $1`) is masked too where a literal
+    follows the word (one pg_stat_statements left in its text)."""
+    if text is None:
+        return text
+    found = _PASSWORD.search(text)
+    if found is None:
+        return text
+    if _NORMALISED.match(_uncommented(text)) and not _LITERAL.search(text, found.end()):
+        return text
+    return f"{text[: found.end()]} {MASK}"
+
+
+def _uncommented(text: str) -> str:
+    """`text` without its leading comments (`/* ... */`, `-- ...`)."""
+    while True:
+        stripped = text.lstrip()
+        if stripped.startswith("--"):
+            text = stripped.partition("\n")[2]
+        elif stripped.startswith("/*"):
+            text = stripped.partition("*/")[2]
+        else:
+            return stripped
+
+
 class StatementsOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -505,6 +544,9 @@ class StatementsCollector(Collector):
             self.own.update(own)
             self.store.append("statement_own", {"queryid": own})
         if texts:
+            # Masked before they are stored: a password's text never reaches the store, its
+            # export or a repository.
+            texts = [(q, masked(t)) for q, t in texts]
             self.store.append(
                 "statement_texts",
                 {"queryid": [int(q) for q, _ in texts], "query": [t for _, t in texts]},
