@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import itertools
 import math
+import re
 from typing import Any
 
 import plotly.graph_objects as go
@@ -49,6 +50,19 @@ SESSIONS_TITLE = "client sessions (concurrency, each window's)"
 COMMITS_TITLE = "throughput (commits/s)"
 
 
+_MARKUP = re.compile(r"<[^<>]*>|&")
+
+
+def _t(value: object) -> str:
+    """Text from the data (a variant's, a wait class's, a tranche's, a checkpoint's name) as
+    plotly may show it: plotly renders a subset of HTML in every label, legend, hover and
+    title (`<a href=...>` a link, `<br>` a new line), and a received folder names what it
+    likes. Escaped where it holds a tag or an entity; plain text, which plotly shows the same
+    either way, is left as it is (`p99<5ms`)."""
+    text = str(value)
+    return html.escape(text, quote=False) if _MARKUP.search(text) else text
+
+
 def _titles(result: RunAnalysis) -> tuple[str, str, str]:
     """(the clients axis's title, the throughput axis's, what one measurement is)."""
     if result.observation is not None:
@@ -65,7 +79,7 @@ LAYOUT = {
 
 
 def _figure(fig: go.Figure, title: str, height: int | None = None) -> dict[str, Any]:
-    fig.update_layout(title={"text": title, "font": {"size": 15}}, **LAYOUT)
+    fig.update_layout(title={"text": _t(title), "font": {"size": 15}}, **LAYOUT)
     if height is not None:
         fig.update_layout(height=height)
     document: dict[str, Any] = fig.to_plotly_json()
@@ -109,8 +123,8 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 y=[s.tps for s in steps],
                 mode="markers",
                 marker={"color": colour, "opacity": 0.35, "size": 7},
-                name=f"{variant}: {each}",
-                legendgroup=variant,
+                name=f"{_t(variant)}: {each}",
+                legendgroup=_t(variant),
             )
         )
         cells = [c for c in result.scalability.cells if c.variant == variant and c.tps_mean]
@@ -122,8 +136,8 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 marker={"color": colour, "size": 9},
                 line={"color": colour, "width": 1},
                 error_y=_interval_bars(cells),
-                name=f"{variant}: mean, 95% interval",
-                legendgroup=variant,
+                name=f"{_t(variant)}: mean, 95% interval",
+                legendgroup=_t(variant),
             )
         )
         fit = result.scalability.fits.get(variant)
@@ -141,8 +155,8 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                     opacity=0.12,
                     line={"width": 0},
                     hoverinfo="skip",
-                    name=f"{variant}: USL 95% band",
-                    legendgroup=variant,
+                    name=f"{_t(variant)}: USL 95% band",
+                    legendgroup=_t(variant),
                 )
             )
         fig.add_trace(
@@ -151,8 +165,8 @@ def scalability(result: RunAnalysis) -> dict[str, Any] | None:
                 y=curve.tps,
                 mode="lines",
                 line={"color": colour, "dash": "dash"},
-                legendgroup=variant,
-                name=f"{variant}: USL σ={plain(fit.sigma, 3)} κ={plain(fit.kappa, 3)} "
+                legendgroup=_t(variant),
+                name=f"{_t(variant)}: USL σ={plain(fit.sigma, 3)} κ={plain(fit.kappa, 3)} "
                 f"({goodness_of_fit(fit.r_squared)})",
             )
         )
@@ -182,7 +196,7 @@ def latency(result: RunAnalysis) -> dict[str, Any] | None:
                     y=[getattr(c, key) for c in mine],
                     mode="lines+markers",
                     line={"color": _colour(i), "dash": dash},
-                    name=f"{variant} {key[:-3]}",
+                    name=f"{_t(variant)} {key[:-3]}",
                 )
             )
     fig.update_xaxes(**_clients_categories(cells))
@@ -200,7 +214,7 @@ def variants(result: RunAnalysis) -> dict[str, Any] | None:
         mine = [c for c in cells if c.clients == clients]
         fig.add_trace(
             go.Bar(
-                x=[c.variant for c in mine],
+                x=[_t(c.variant) for c in mine],
                 y=[c.tps_mean for c in mine],
                 name=n_clients(clients),
                 marker={"color": _colour(i)},
@@ -231,9 +245,9 @@ def waits_vs_clients(result: RunAnalysis, variant: str) -> dict[str, Any] | None
             go.Bar(
                 x=x,
                 y=[p.profile.class_shares().get(cls, 0.0) * 100 for p in profiles],
-                name=cls,
+                name=_t(cls),
                 marker={"color": WAIT_COLOURS.get(cls, "#6b7280")},
-                hovertemplate=f"{cls}: %{{y:.1f}}%<extra></extra>",
+                hovertemplate=f"{_t(cls)}: %{{y:.1f}}%<extra></extra>",
             )
         )
     fig.update_layout(barmode="stack")
@@ -314,7 +328,7 @@ def timeline(series: Series | None, *, observed: bool = False) -> dict[str, Any]
                 y=[v for _, v in points],
                 mode="lines",
                 stackgroup="aas",
-                name=f"AAS {cls}",
+                name=f"AAS {_t(cls)}",
                 line={"width": 0.5, "color": WAIT_COLOURS.get(cls)},
             ),
             row=rows,
@@ -392,7 +406,7 @@ def _step_bands(fig: go.Figure, series: Series) -> None:
                 fillcolor="#6b7280",
                 opacity=0.05 if i % 2 else 0.1,
                 line_width=0,
-                annotation_text=f"{variant} {clients}",
+                annotation_text=f"{_t(variant)} {clients}",
                 annotation_position="top left",
                 annotation_font_size=9,
             )
@@ -454,8 +468,10 @@ def lwlock_histograms(summaries: list[Any]) -> dict[str, Any] | None:
             go.Bar(
                 x=[_ns_label(b.lo_ns) for b in buckets],
                 y=[b.count for b in buckets],
-                name=f"{summary.object or summary.event} {summary.mode or ''} "
-                f"({summary.count:,} waits)",
+                name=_t(
+                    f"{summary.object or summary.event} {summary.mode or ''} "
+                    f"({summary.count:,} waits)"
+                ),
                 marker={"color": _colour(i)},
             )
         )
@@ -488,9 +504,9 @@ def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
         if item.before_step is not None:
             who = f"pgscope's, before step {item.before_step}"
         elif "immediate" in ckpt.flags_text:  # a CHECKPOINT command: an action's, a user's
-            who = f"requested: {ckpt.flags_text}"[:32]
+            who = _t(f"requested: {ckpt.flags_text}"[:32])
         else:  # the server's own reasons: time, wal, shutdown ...
-            who = f"server: {ckpt.flags_text}"[:32]
+            who = _t(f"server: {ckpt.flags_text}"[:32])
         if ckpt.total_ns:
             # The whole checkpoint beneath its phases: a spread checkpoint is minutes long
             # and its traced phases milliseconds (issue 30: 272 s drawn as 31 ms of phases).
@@ -518,8 +534,8 @@ def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
                     x=[max(phase.duration_ns / 1e6, 0.01)],
                     base=[(phase.start_us - ckpt.start_us) / 1000],
                     orientation="h",
-                    name=phase.name,
-                    legendgroup=phase.name,
+                    name=_t(phase.name),
+                    legendgroup=_t(phase.name),
                     showlegend=i == 0,
                     marker={
                         "color": _colour(
@@ -547,7 +563,7 @@ def checkpoint_phases(items: list[Any]) -> dict[str, Any] | None:
                             else 9
                         )
                     },
-                    hovertemplate=f"{phase.name}: %{{x:.1f}} ms<extra></extra>",
+                    hovertemplate=f"{_t(phase.name)}: %{{x:.1f}} ms<extra></extra>",
                 )
             )
     fig.update_layout(barmode="overlay")
@@ -623,7 +639,7 @@ def account_icicle(account: Account, title: str) -> dict[str, Any] | None:
         values.append(node.share)
         hover.append(
             f"{html.escape(node.name, quote=False)}<br>{node.share:.1%} of active time, "
-            f"{node.seconds:,.1f} session-seconds<br>{node.samples:,} samples · {node.source}"
+            f"{node.seconds:,.1f} session-seconds<br>{node.samples:,} samples · {_t(node.source)}"
         )
         colours.append(colour)
         shown = [c for c in node.children if c.share >= 0.005]
@@ -728,7 +744,7 @@ def capacity(result: RunAnalysis, variant: str) -> dict[str, Any] | None:
                 y=[estimate.threshold_ms, estimate.threshold_ms],
                 mode="lines",
                 line={"color": colour, "dash": "dash", "width": 1},
-                name=f"objective {name}",
+                name=f"objective {_t(name)}",
             )
         )
         if estimate.tps is None:
@@ -744,7 +760,7 @@ def capacity(result: RunAnalysis, variant: str) -> dict[str, Any] | None:
                     opacity=0.12,
                     line={"width": 0},
                     hoverinfo="skip",
-                    name=f"capacity {name}: 95% interval",
+                    name=f"capacity {_t(name)}: 95% interval",
                 )
             )
         fig.add_trace(
@@ -753,7 +769,7 @@ def capacity(result: RunAnalysis, variant: str) -> dict[str, Any] | None:
                 y=[low, high],
                 mode="lines",
                 line={"color": colour, "width": 2},
-                name=f"capacity {name}: {estimate.tps:,.0f} tps",
+                name=f"capacity {_t(name)}: {estimate.tps:,.0f} tps",
             )
         )
     for x, label, dash in (
