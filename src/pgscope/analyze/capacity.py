@@ -187,12 +187,24 @@ class Capacity:
     # Misses below a rate the same repeat met: queueing delay only grows with the rate, so
     # what made these late was not the rate (the host stalled); each with its rate.
     stalls: list[float] = field(default_factory=list)
+    # What the server completed (tps) at the rates where the objective's latency held but
+    # the server did not keep up (completed less than KEPT_UP of the rate): not met there, as
+    # no capacity is claimed above a rate achieved (1e23 tps offered, 0% completed, was).
+    unsustained: list[float] = field(default_factory=list)
 
     @property
     def said(self) -> str:
         """The capacity in words, with its interval and what it rests on."""
         repeats = [c for c in self.per_repeat if c is not None]
         if self.tps is None:
+            if self.unsustained and not self.above:
+                most = max(self.unsustained)
+                return (
+                    f"{self.objective} not measured at a rate the server kept up with: from "
+                    f"{self.lowest_rate:,.0f} tps offered it completed at most {most:,.0f} tps "
+                    f"({most / self.lowest_rate:.0%}), and nothing is claimed above that; "
+                    f"offer lower rates"
+                )
             if self.above and not self.below:
                 return (
                     f"{self.objective} held up to the highest rate offered, "
@@ -482,22 +494,37 @@ def _capacity(
     name: str, rows: list[dict[str, Any]], objectives: dict[int, list[ObjectiveResult]]
 ) -> Capacity | None:
     by_repeat: dict[int, list[tuple[float, ObjectiveResult]]] = defaultdict(list)
+    # What each step completed: a rate the server fell short of is not a rate it met an
+    # objective at, whatever the latency of the transactions it did complete.
+    completed: dict[tuple[int, float], float | None] = {}
     for r in rows:
         found = next((o for o in objectives.get(r["step_id"], []) if o.name == name), None)
         if found is not None and found.scheduled:
             by_repeat[int(r["repeat"])].append((float(r["rate"]), found))
+            completed[(int(r["repeat"]), float(r["rate"]))] = _served_tps(r)
     if not by_repeat:
         return None
     first = next(iter(by_repeat.values()))[0][1]
     per_repeat: list[float | None] = []
     stalls: list[float] = []
+    unsustained: list[float] = []
     below = above = 0
     rates = sorted({rate for points in by_repeat.values() for rate, _ in points})
     for repeat in sorted(by_repeat):
         points = sorted(by_repeat[repeat], key=lambda p: p[0])
+
+        def kept(rate: float, repeat: int = repeat) -> bool:
+            done = completed[(repeat, rate)]
+            return done is None or done >= KEPT_UP * rate
+
+        unsustained += [
+            done
+            for rate, o in points
+            if o.met and not kept(rate) and (done := completed[(repeat, rate)]) is not None
+        ]
         # The highest rate met, and the miss above it, bracket the crossing; a miss below
         # a rate met came from something other than the rate (see Capacity.stalls).
-        last = max((i for i, (_, o) in enumerate(points) if o.met), default=None)
+        last = max((i for i, (rate, o) in enumerate(points) if o.met and kept(rate)), default=None)
         if last is None:
             below += 1
             per_repeat.append(None)
@@ -507,7 +534,14 @@ def _capacity(
             above += 1
             per_repeat.append(None)
         else:
-            per_repeat.append(_crossing(points[last], points[last + 1]))
+            crossing = _crossing(points[last], points[last + 1])
+            missed_rate = points[last + 1][0]
+            done = completed[(repeat, missed_rate)]
+            if points[last + 1][1].met and done is not None:
+                # Missed only for not keeping up: the crossing lies no higher than what
+                # the server completed there (and no lower than the rate it met).
+                crossing = max(points[last][0], min(crossing, done))
+            per_repeat.append(crossing)
     estimates = [c for c in per_repeat if c is not None]
     return Capacity(
         name,
@@ -521,6 +555,7 @@ def _capacity(
         rates[0],
         rates[-1],
         stalls,
+        unsustained,
     )
 
 
