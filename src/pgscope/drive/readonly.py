@@ -24,11 +24,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from pgscope.drive.scriptlex import Command, read_script
+from pgscope.drive.statements import (
+    Name,
+    NotARead,
+    Uses,
+    defined_variables,
+    read_uses,
+    sql_uses,
+)
 from pgscope.errors import RefusedError
 from pgscope.labels import READ_ONLY_OPTION
 from pgscope.target.conn import ConnParams
+from pgscope.target.privileges import pinned
 
 # What the server must answer, asked in a session opened as pgbench opens its own.
 _GUARD_SETTINGS = ("default_transaction_read_only", "transaction_read_only")
@@ -174,3 +186,241 @@ def _lifts(command: Command) -> str | None:
         if token.kind == "word" and token.text == "execute" and following.kind != "word":
             return "EXECUTE of a built string, which cannot be judged"
     return None
+
+
+# -- PostgreSQL's own rules: reads only, and only functions that cannot write -----------------
+
+# Volatile functions of pg_catalog that only read, or act on the calling session alone:
+# reviewed one by one. Every other volatile function is refused (lo_from_bytea, nextval,
+# pg_stat_reset, pg_advisory_lock, pg_notify, set_config, pg_terminate_backend ...).
+HARMLESS_VOLATILE = frozenset(
+    {
+        # time and chance
+        "random", "random_normal", "setseed", "clock_timestamp", "timeofday",
+        "pg_sleep", "pg_sleep_for", "pg_sleep_until", "gen_random_uuid", "uuidv4", "uuidv7",
+        # where the server is (read)
+        "pg_current_wal_lsn", "pg_current_wal_insert_lsn", "pg_current_wal_flush_lsn",
+        "pg_last_wal_receive_lsn", "pg_last_wal_replay_lsn", "pg_last_xact_replay_timestamp",
+        "pg_is_in_recovery", "pg_is_wal_replay_paused", "pg_get_wal_replay_pause_state",
+        "pg_control_checkpoint", "pg_control_init", "pg_control_recovery", "pg_control_system",
+        "pg_current_logfile", "pg_jit_available", "pg_notification_queue_usage",
+        "pg_database_size", "pg_relation_size", "pg_table_size", "pg_indexes_size",
+        "pg_total_relation_size", "pg_tablespace_size", "pg_blocking_pids",
+        "pg_safe_snapshot_blocking_pids", "pg_xact_status", "txid_status",
+        "pg_xact_commit_timestamp", "pg_xact_commit_timestamp_origin", "pg_last_committed_xact",
+        "pg_collation_actual_version", "pg_database_collation_actual_version",
+        # the statistics and activity views' own functions (read)
+        "current_query", "pg_stat_clear_snapshot", "pg_stat_have_stats",
+        "pg_stat_get_xact_blocks_fetched", "pg_stat_get_xact_blocks_hit",
+        "pg_stat_get_xact_function_calls", "pg_stat_get_xact_function_self_time",
+        "pg_stat_get_xact_function_total_time", "pg_stat_get_xact_numscans",
+        "pg_stat_get_xact_tuples_deleted", "pg_stat_get_xact_tuples_fetched",
+        "pg_stat_get_xact_tuples_hot_updated", "pg_stat_get_xact_tuples_newpage_updated",
+        "pg_stat_get_xact_tuples_inserted", "pg_stat_get_xact_tuples_returned",
+        "pg_stat_get_xact_tuples_updated", "pg_stat_get_recovery_prefetch",
+        "pg_lock_status", "pg_get_backend_memory_contexts", "pg_get_shmem_allocations",
+        "pg_get_multixact_members", "pg_prepared_xact", "pg_show_all_file_settings",
+        "pg_hba_file_rules", "pg_ident_file_mappings", "pg_get_wal_resource_managers",
+        "pg_show_replication_origin_status", "pg_partition_tree", "pg_partition_ancestors",
+        "pg_ls_waldir", "pg_ls_logdir", "pg_ls_tmpdir", "pg_ls_archive_statusdir",
+        # a sequence's last value, read (nextval and setval take or set one: refused)
+        "currval", "lastval", "pg_sequence_last_value",
+    }
+)  # fmt: skip
+# Volatile functions of an extension that only read, by (extension, function).
+HARMLESS_EXTENSION_VOLATILE = frozenset(
+    {
+        ("pg_stat_statements", "pg_stat_statements"),
+        ("pg_stat_statements", "pg_stat_statements_info"),
+    }
+)
+# Schemas whose views are the server's own (their queries are PostgreSQL's, not a role's).
+_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+# How deep views over views are followed before the script is refused as not judged.
+_MAX_DEPTH = 32
+
+# (schema, name, extension) of the function `f`, and whether it can write: volatile, or an
+# aggregate with a volatile support function (an aggregate's own mark says nothing of them).
+_FUNCTION_COLUMNS = """
+    fn.nspname, f.proname, f.oid::pg_catalog.regprocedure::pg_catalog.text,
+    (f.provolatile OPERATOR(pg_catalog.=) 'v' OR EXISTS (
+        SELECT FROM pg_catalog.pg_aggregate a JOIN pg_catalog.pg_proc s
+            ON s.oid OPERATOR(pg_catalog.=) ANY (ARRAY[a.aggtransfn, a.aggfinalfn,
+                a.aggcombinefn, a.aggserialfn, a.aggdeserialfn, a.aggmtransfn,
+                a.aggminvtransfn, a.aggmfinalfn]::pg_catalog.oid[])
+        WHERE a.aggfnoid OPERATOR(pg_catalog.=) f.oid
+          AND s.provolatile OPERATOR(pg_catalog.=) 'v')),
+    (SELECT e.extname FROM pg_catalog.pg_depend d
+        JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+          AND d.objid OPERATOR(pg_catalog.=) f.oid
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.deptype OPERATOR(pg_catalog.=) 'e' LIMIT 1)
+"""
+_FUNCTIONS = f"""
+SELECT f.proname, fn.nspname, f.pronargs, {_FUNCTION_COLUMNS}
+FROM pg_catalog.pg_proc f
+JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
+WHERE f.proname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
+"""
+_OPERATORS = f"""
+SELECT o.oprname, n.nspname, 0, {_FUNCTION_COLUMNS}
+FROM pg_catalog.pg_operator o
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) o.oprnamespace
+JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) o.oprcode
+JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
+WHERE o.oprname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
+"""
+# A type's input function, and the functions of the casts to it.
+_TYPES = f"""
+SELECT t.typname, n.nspname, 0, {_FUNCTION_COLUMNS}
+FROM pg_catalog.pg_type t
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) t.typnamespace
+CROSS JOIN LATERAL (
+    SELECT t.typinput::pg_catalog.oid
+    UNION ALL
+    SELECT c.castfunc FROM pg_catalog.pg_cast c
+    WHERE c.casttarget OPERATOR(pg_catalog.=) t.oid
+      AND c.castfunc OPERATOR(pg_catalog.<>) 0
+) AS x(fn)
+JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) x.fn
+JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
+WHERE t.typname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
+"""
+# A relation: its kind, a view's query (not the server's own views) and its row security
+# policies' expressions (which run as it is read).
+_RELATIONS = """
+SELECT c.relname, n.nspname, c.relkind::pg_catalog.text,
+    pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.'
+        OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname),
+    CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'v'
+          AND NOT n.nspname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
+        THEN pg_catalog.pg_get_viewdef(c.oid) END,
+    ARRAY(SELECT pg_catalog.pg_get_expr(p.polqual, p.polrelid) FROM pg_catalog.pg_policy p
+          WHERE p.polrelid OPERATOR(pg_catalog.=) c.oid AND p.polqual IS NOT NULL
+            AND c.relrowsecurity)
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE c.relname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
+  AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,v,m,f}'::pg_catalog.char[])
+"""
+
+
+def check_script_reads(conn: ConnParams, scripts: Sequence[Path]) -> None:
+    """Refuse (RefusedError, one line naming the file, line and what) a script on a user's
+    server unless every SQL statement in it is a read by PostgreSQL's own parser, and every
+    function it would run, resolved on the server, cannot write: STABLE or IMMUTABLE (the
+    server refuses writes inside those) or one of the reviewed harmless volatile built-ins.
+    Names are resolved in every schema (an unqualified name could be any schema's, by the
+    role's search path or one the script sets), each candidate counting."""
+    uses: list[Uses] = []
+    read = [(path, read_script(_text(path))) for path in scripts]
+    defined = defined_variables([command for _, commands in read for command in commands])
+    for path, commands in read:
+        for command in commands:
+            if command.meta is not None:
+                continue
+            where = f"{path.name} line {command.line}"
+            try:
+                uses.append(read_uses(command, where, defined))
+            except NotARead as exc:
+                raise _not_read(f"{where}: {exc}") from None
+    with guarded(conn).connect() as session, pinned(session):
+        why = _first_unsafe(session, uses)
+    if why is not None:
+        raise _not_read(why)
+
+
+def _not_read(why: str) -> RefusedError:
+    return RefusedError(
+        f"script {why}; pgscope runs only reads on an existing server (PostgreSQL's parser "
+        f"and its functions' volatility decide) unless you pass --allow-writes"
+    )
+
+
+def _first_unsafe(session: psycopg.Connection[Any], uses: list[Uses]) -> str | None:
+    """The first thing in `uses` that could write, in words (`s.sql line 1: calls ...`), or
+    None. Views' queries and policies are followed, as what reading them runs."""
+    pending = [(use.where, "", name) for use in uses for name in use.names]
+    seen: set[tuple[str, Name]] = set()
+    for _ in range(_MAX_DEPTH):
+        pending = [p for p in pending if (p[0], p[2]) not in seen]
+        if not pending:
+            return None
+        seen |= {(where, name) for where, _, name in pending}
+        why = _unsafe_calls(session, pending)
+        if why is not None:
+            return why
+        following = _read_relations(session, [p for p in pending if p[2].kind == "relation"])
+        if isinstance(following, str):
+            return following
+        pending = following
+    where, through, name = pending[0]
+    return f"{where}: {through}reads {name.shown()} through views nested too deep to judge"
+
+
+def _unsafe_calls(
+    session: psycopg.Connection[Any], pending: list[tuple[str, str, Name]]
+) -> str | None:
+    for kind, query, what in (
+        ("function", _FUNCTIONS, "calls"),
+        ("operator", _OPERATORS, "uses operator"),
+        ("type", _TYPES, "names type"),
+    ):
+        wanted = [p for p in pending if p[2].kind == kind]
+        if not wanted:
+            continue
+        rows = session.execute(query, [sorted({p[2].name for p in wanted})]).fetchall()
+        for where, through, name in sorted(wanted, key=lambda p: (p[0], p[1], p[2].name)):
+            for found, schema, arguments, fschema, fname, signature, volatile, extension in rows:
+                if found != name.name or (name.schema is not None and schema != name.schema):
+                    continue
+                if name.one_argument and arguments != 1:
+                    continue
+                if volatile and not _harmless(fschema, fname, extension):
+                    runs = "" if kind == "function" else f", which runs {signature}"
+                    shown = signature if kind == "function" else name.shown()
+                    return (
+                        f"{where}: {through}{what} {shown}{runs}, a volatile function "
+                        f"that could write"
+                    )
+    return None
+
+
+def _harmless(schema: str, name: str, extension: str | None) -> bool:
+    if extension is not None:
+        return (extension, name) in HARMLESS_EXTENSION_VOLATILE
+    return schema == "pg_catalog" and name in HARMLESS_VOLATILE
+
+
+def _read_relations(
+    session: psycopg.Connection[Any], relations: list[tuple[str, str, Name]]
+) -> list[tuple[str, str, Name]] | str:
+    """What reading `relations` runs (their views' queries, their policies), or why one of
+    them cannot be read (a foreign table, a view whose query is not a read)."""
+    if not relations:
+        return []
+    names = sorted({r[2].name for r in relations})
+    rows = session.execute(_RELATIONS, [list(_SYSTEM_SCHEMAS), names]).fetchall()
+    found: list[tuple[str, str, Name]] = []
+    for where, through, name in relations:
+        for relname, schema, relkind, shown, view, policies in rows:
+            if relname != name.name or (name.schema is not None and schema != name.schema):
+                continue
+            if relkind == "f":
+                return (
+                    f"{where}: {through}reads foreign table {shown}, which another server "
+                    f"answers in a session of its own"
+                )
+            queries = ([f"view {shown}, whose query", view] if view else []) + [
+                item
+                for policy in policies
+                for item in (f"table {shown}, whose row security policy", f"SELECT {policy}")
+            ]
+            for context, sql in zip(queries[::2], queries[1::2], strict=True):
+                try:
+                    inner = sql_uses(sql)
+                except NotARead as exc:
+                    return f"{where}: {through}reads {context} is not a read: {exc}"
+                found += [(where, f"{through}reads {context} ", n) for n in inner]
+    return found

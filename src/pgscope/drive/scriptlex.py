@@ -20,6 +20,7 @@ a parameter (extended and prepared). `variables()` finds them as pgbench does.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # psqlscan.l / scan.l: identifier characters (any byte with the high bit set is one).
@@ -66,6 +67,20 @@ class Command:
     def variables(self) -> list[str]:
         """The `:name`s pgbench replaces in this SQL (quoted or commented, it does not care)."""
         return _VARIABLE.findall(self.sent)
+
+    def parameterised(self, defined: Callable[[str], bool] = lambda name: True) -> str:
+        """This SQL as the extended protocol sends it: each `:name` that is `defined` (pgbench
+        leaves any other as written) is a parameter `$n`; spaced, so that a variable the
+        simple protocol would paste into a word does not make another word here (such a text
+        does not parse)."""
+        numbers: dict[str, int] = {}
+
+        def parameter(found: re.Match[str]) -> str:
+            if not defined(found.group(1)):
+                return found.group(0)
+            return f" ${numbers.setdefault(found.group(1), len(numbers) + 1)} "
+
+        return _VARIABLE.sub(parameter, self.sent)
 
 
 class _Reader:

@@ -22,7 +22,7 @@ from pgscope.collect.manager import CollectorSet
 from pgscope.collect.roles import postmasters_of
 from pgscope.drive.loaduser import LoadUser, load_account
 from pgscope.drive.pgbench import Pgbench
-from pgscope.drive.readonly import verify_read_only
+from pgscope.drive.readonly import check_script_reads, verify_read_only
 from pgscope.errors import EnvironmentProblem, Interrupted, RefusedError, RunFailed, TargetError
 from pgscope.host import describe_host, usable_cores
 from pgscope.proc import RunAs, server_account
@@ -104,6 +104,8 @@ def execute(
         if not options.allow_writes:
             verify_read_only(server.conn, scripts=bool(loaded.scripts()))
             power = check_role(server, loaded.scripts())
+            if loaded.scripts():  # reads only, by PostgreSQL's parser and catalog
+                check_script_reads(server.conn, [script.path for script in loaded.scripts()])
             check_tables(server, spec.scale)
         if power is not None:
             power = (

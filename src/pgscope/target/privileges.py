@@ -24,6 +24,9 @@ read-only guard's own checks are about).
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -39,9 +42,6 @@ POWERFUL_ROLES: dict[str, tuple[int, str]] = {
     "pg_checkpoint": (150000, "forces checkpoints"),
     "pg_maintain": (170000, "vacuums, analyses, refreshes and locks every table"),
 }
-# Roles that only read statistics and settings: grants of server functions to them are what
-# monitoring needs (pg_ls_waldir() to pg_monitor), not a way to act.
-READING_ROLES = ("pg_monitor", "pg_read_all_settings", "pg_read_all_stats", "pg_stat_scan_tables")
 ATTRIBUTES = (
     ("rolcreatedb", "CREATEDB"),
     ("rolcreaterole", "CREATEROLE"),
@@ -95,7 +95,16 @@ def _write_privileges_sql(version_num: int) -> str:
             "WHERE a.privilege_type = 'UPDATE' "
             "AND (a.grantee = 0 OR a.grantee IN (SELECT oid FROM me))"
         )
-    reading = ", ".join(f"'{r}'" for r in READING_ROLES)
+    parameters = (
+        """    UNION ALL
+    SELECT 7, 3, 'may ' || x.privilege_type || ' parameter ' || a.parname,
+        coalesce((SELECT rolname FROM me WHERE oid = x.grantee), 'PUBLIC')
+    FROM pg_parameter_acl a, aclexplode(a.paracl) x
+    WHERE x.grantee = 0 OR x.grantee IN (SELECT oid FROM me)
+"""
+        if version_num >= 150000
+        else ""
+    )
     return f"""
 WITH me AS (
     SELECT r.oid, r.rolname, r.rolsuper, r.rolcreatedb, r.rolcreaterole, r.rolreplication,
@@ -160,12 +169,23 @@ found (rank, ord, what, via) AS (
     WHERE p.prosecdef AND p.proowner NOT IN (SELECT oid FROM me)
       AND has_function_privilege(m.oid, p.oid, 'EXECUTE')
     UNION ALL
-    SELECT 7, 1, 'may execute ' || p.oid::regprocedure || ', which PUBLIC may not',
-        (SELECT rolname FROM me WHERE oid = a.grantee)
-    FROM pg_proc p, aclexplode(p.proacl) a
-    WHERE p.pronamespace = 'pg_catalog'::regnamespace AND a.privilege_type = 'EXECUTE'
-      AND a.grantee IN (SELECT oid FROM me WHERE rolname NOT IN ({reading}))
+    SELECT 7, 1, 'may execute ' || p.oid::regprocedure || ', which PUBLIC may not by default',
+        coalesce((SELECT rolname FROM me WHERE oid = a.grantee), 'PUBLIC')
+    FROM pg_proc p
+    LEFT JOIN pg_init_privs i
+        ON i.objoid = p.oid AND i.classoid = 'pg_proc'::regclass AND i.objsubid = 0,
+    aclexplode(p.proacl) a
+    WHERE a.privilege_type = 'EXECUTE'
+      AND (a.grantee = 0 OR a.grantee IN (SELECT oid FROM me))
+      AND (p.pronamespace = 'pg_catalog'::regnamespace OR i.objoid IS NOT NULL)
+      AND NOT EXISTS (
+          SELECT FROM aclexplode(coalesce(i.initprivs, acldefault('f', p.proowner))) d
+          WHERE d.grantee = a.grantee AND d.privilege_type = 'EXECUTE')
     UNION ALL
+    SELECT 7, 2, 'may use foreign server ' || quote_ident(s.srvname)
+        || ', which connects to a server in a session of its own', m.rolname
+    FROM acting m, pg_foreign_server s WHERE has_server_privilege(m.oid, s.oid, 'USAGE')
+{parameters}    UNION ALL
     {large_object}
     UNION ALL
     SELECT 8, 1, 'may write every large object (lo_compat_privileges is on)', NULL
@@ -176,13 +196,45 @@ SELECT what, via, session_user FROM found ORDER BY rank, ord, what LIMIT 1
 """
 
 
+# The functions the query calls, schema-qualified: with the search path pinned too, a role's
+# own `search_path` (ALTER ROLE ... SET search_path = shadow, pg_catalog) cannot put functions
+# of its choosing in their place.
+_CALLED = re.compile(
+    r"(?<![.\w])(has_\w+_privilege|pg_has_role|aclexplode|acldefault|to_regrole|quote_ident|"
+    r"current_database|current_setting|pg_get_userbyid)\("
+)
+
+
+@contextlib.contextmanager
+def pinned(session: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """A read-only transaction on `session` (autocommit), rolled back on the way out, whose
+    search path is pg_catalog alone (pg_temp last, where it finds no function): nothing the
+    role or its database set can put another schema's functions or operators before the
+    server's own, and nothing run inside can write."""
+    with session.transaction(force_rollback=True):
+        session.execute("SET TRANSACTION READ ONLY")
+        session.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+        yield session
+
+
+def qualified(sql: str) -> str:
+    """`sql` with the functions it calls named in pg_catalog."""
+    return _CALLED.sub(r"pg_catalog.\1(", sql)
+
+
 def write_privilege(session: psycopg.Connection[Any]) -> str | None:
     """What the session's role could do beyond reading, the first of it in words
     (`role "bench" has INSERT on public.accounts`, `... (through role "app")`), or None
-    when it can only read."""
-    row = session.execute(_write_privileges_sql(session.info.server_version)).fetchone()
+    when it can only read. Asked in a pinned read-only transaction (`pinned`): the session
+    must be in autocommit, as ConnParams.connect() opens it."""
+    with pinned(session):
+        sql = qualified(_write_privileges_sql(session.info.server_version))
+        row = session.execute(sql).fetchone()
     if row is None:
         return None
     what, via, user = row
-    through = f' (through role "{via}")' if via is not None and via != user else ""
+    if via == "PUBLIC":
+        through = " (granted to PUBLIC)"
+    else:
+        through = f' (through role "{via}")' if via is not None and via != user else ""
     return f'role "{user}" {what}{through}'

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from pgscope.errors import RefusedError, TargetError
+from pgscope.labels import READ_ONLY_OPTION
 from pgscope.target.conn import ConnParams
 from pgscope.target.privileges import write_privilege
 
@@ -44,8 +45,13 @@ class ExistingServer:
         return True
 
     def write_privilege(self) -> str | None:
-        """What the connecting role could do beyond reading (target/privileges.py), or None."""
-        with self.conn.connect() as session:
+        """What the connecting role could do beyond reading (target/privileges.py), or None.
+        Asked in a session that cannot write: read-only from its start (the guard pgbench's
+        sessions get, last in `options`), the question in a read-only transaction with the
+        search path pinned to pg_catalog."""
+        own = (self.conn.params.get("options") or "").strip()
+        options = f"{own} {READ_ONLY_OPTION}" if own else READ_ONLY_OPTION
+        with self.conn.connect(options=options) as session:
             return write_privilege(session)
 
     def check_privileges(self, needs: Mapping[str, Sequence[str]], why: str) -> None:
@@ -55,9 +61,10 @@ class ExistingServer:
             missing: dict[str, list[str]] = {}
             for table, privileges in needs.items():
                 for privilege in privileges:
+                    # Qualified: the role's search path finds the table, never a function.
                     row = session.execute(
-                        "SELECT CASE WHEN to_regclass(%s) IS NULL THEN true "
-                        "ELSE has_table_privilege(to_regclass(%s), %s) END",
+                        "SELECT CASE WHEN pg_catalog.to_regclass(%s) IS NULL THEN true "
+                        "ELSE pg_catalog.has_table_privilege(pg_catalog.to_regclass(%s), %s) END",
                         [table, table, privilege],
                     ).fetchone()
                     if row is not None and not row[0]:
@@ -77,7 +84,7 @@ class ExistingServer:
 
 def current_role(session: psycopg.Connection[Any]) -> str:
     """The session's role as a GRANT statement names it."""
-    row = session.execute("SELECT quote_ident(current_user)").fetchone()
+    row = session.execute("SELECT pg_catalog.quote_ident(current_user)").fetchone()
     return str(row[0]) if row else "CURRENT_USER"
 
 
