@@ -533,11 +533,12 @@ def _cpu_parts(
     mine = sum(n for _, _, q, n in s.samples if q == query_id)
     on_cpu = samples / mine if mine else 1.0
     total_ms = (stats.exec_ms + stats.plan_ms) * on_cpu
-    planning, jit = stats.plan_ms, stats.jit_ms
-    executing = max(0.0, total_ms - planning - jit)
-    whole = planning + jit + executing
-    if whole <= 0:
-        return []
+    # The parts in the proportions the server measured them: planning apart, JIT compilation
+    # inside the execution's time. Their whole time taken from a total scaled to the CPU
+    # samples overstated them wherever samples outside the measured time shrank the scale.
+    planning, jit = stats.plan_ms, min(stats.jit_ms, stats.exec_ms)
+    whole = stats.plan_ms + stats.exec_ms
+    executing = whole - planning - jit
     per_call = f"{total_ms / stats.calls:.3g} ms per call on CPU" if stats.calls else ""
     parts = []
     if planning > 0:
