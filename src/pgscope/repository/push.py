@@ -149,6 +149,16 @@ class StoreReader:
                 highs.append(int(row[1]))
         return (min(lows), max(highs)) if lows else None
 
+    def months(self, t: tables.Table, lo: int, hi: int) -> list[int]:
+        """The first microsecond of each UTC month a series has rows in, from `lo` to `hi`."""
+        assert t.series is not None
+        rows = self.db.execute(
+            f"SELECT DISTINCT epoch_us(date_trunc('month', make_timestamp(\"{t.series}\"))) "
+            f'FROM {self.source(t)} WHERE "{t.series}" BETWEEN ? AND ?',
+            [lo, hi],
+        ).fetchall()
+        return sorted(int(r[0]) for r in rows)
+
     def csv_stream(
         self, t: tables.Table, keys: tuple[int, int], after: int, upto: int
     ) -> Generator[bytes, None, None]:
@@ -292,7 +302,7 @@ def push(
         last = {t.name: reader.last_rowid(t) for t in present}
         series = [t for t in present if t.series is not None]
         span = reader.span(series)
-        _partitions(repo, series, span)
+        _partitions(repo, reader, series)
         listing = _listing(store, run_id, document, final)
         # Which months the run's series rows fall in: what prune asks before dropping one.
         listing["series_from_us"], listing["series_to_us"] = span or (None, None)
@@ -364,15 +374,17 @@ def push(
 
 
 def _partitions(
-    repo: psycopg.Connection[Any], series: list[tables.Table], span: tuple[int, int] | None
+    repo: psycopg.Connection[Any], reader: StoreReader, series: list[tables.Table]
 ) -> None:
-    """Every month the run's series fall in has its partition in each series, each made in
-    a transaction of its own before the push's: a push holding its tables never waits for
-    another's."""
-    if span is None:
-        return
+    """Every month a series has rows in has its partition, each made in a transaction of its
+    own before the push's: a push holding its tables never waits for another's. Only months
+    the repository makes partitions for (schema.PARTITION_FROM to a month ahead): rows of a
+    store whose clock said 1970, or planted at 9e18 µs, go to the default partition, and a
+    store's rows at two ends of the calendar do not make every month between them."""
+    earliest = int(_epoch(*map(int, schema.PARTITION_FROM.split("-")[:2])) * 1_000_000)
+    latest = int((time.time() + 28 * 86_400) * 1_000_000)
     for t in series:
-        for start in month_starts(*span):
+        for start in reader.months(t, earliest, latest):
             try:
                 repo.execute("SELECT pgscope.add_partition(%s, %s)", [t.name, start])
             except psycopg.Error as exc:

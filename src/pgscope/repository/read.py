@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,9 +23,22 @@ from psycopg import sql
 
 from pgscope import tables
 from pgscope.duck import STORAGE_VERSION, connect
-from pgscope.errors import EnvironmentProblem, InputFileError, UsageError
+from pgscope.errors import EnvironmentProblem, InputFileError, RefusedError, UsageError
 from pgscope.repository import schema
 from pgscope.store import STORE_FILE
+from pgscope.words import inert
+
+# A run's id names its folder (results/<run-id>): one path component, of the characters
+# pgscope's own ids are made of (a UTC time, the spec's safe name, four hex digits), led by
+# a letter or digit: no "/", no "." or "..", nothing absolute, no NUL, no control character.
+# A repository is data as a received folder is: an id from it becomes a path only once it
+# is one of these (an absolute id made `pull` write run.duckdb wherever it named).
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+
+
+def is_run_id(text: str) -> bool:
+    """Whether `text` may name a run folder (RUN_ID)."""
+    return RUN_ID.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)
@@ -38,8 +52,15 @@ class StoredRun:
 
 
 def find_run(session: psycopg.Connection[Any], name: str) -> StoredRun:
-    """A run by its id (a folder's name: `results/<run-id>` gives the id too)."""
+    """A run by its id (a folder's name: `results/<run-id>` gives the id too). The id the
+    repository returns is the one asked for, and a run id (RUN_ID), or refused: it becomes a
+    folder's name."""
     run_id = Path(name).name if "/" in name else name
+    if not is_run_id(run_id):
+        raise UsageError(
+            f"{inert(run_id)[:200]!r} is not a run id (letters, digits and . _ + -, as "
+            f"`pgscope runs --from ...` lists them)"
+        )
     rows = session.execute(
         "SELECT run_id, server_id, run_key, state, watermarks, series_from_us, series_to_us "
         "FROM pgscope.runs WHERE run_id = %s AND pushed_at IS NOT NULL",
@@ -55,6 +76,11 @@ def find_run(session: psycopg.Connection[Any], name: str) -> StoredRun:
             f"report them from their folders"
         )
     r = rows[0]
+    if not isinstance(r[0], str) or r[0] != run_id:
+        raise RefusedError(
+            f"{run_id}: the repository returned the run {inert(str(r[0]))[:200]!r} for it; "
+            f"refused: a run's id becomes its folder's name"
+        )
     span = None if r[5] is None else (int(r[5]), int(r[6]))
     return StoredRun(str(r[0]), int(r[1]), int(r[2]), str(r[3]), dict(r[4] or {}), span)
 
@@ -75,6 +101,10 @@ def document(session: psycopg.Connection[Any], run: StoredRun) -> dict[str, Any]
 def materialise(session: psycopg.Connection[Any], run: StoredRun, run_dir: Path) -> Path:
     """The run's store, as its push found it, in a new run folder `run_dir`: every table the
     store held, its rows in the order the repository returns them. Returns `run_dir`."""
+    if not is_run_id(run.run_id) or run_dir.name != run.run_id:
+        raise RefusedError(
+            f"{inert(run.run_id)[:200]!r}: not a run id to name a folder after; refused"
+        )
     try:
         run_dir.mkdir(parents=True, exist_ok=False)
     except FileExistsError:

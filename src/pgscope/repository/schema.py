@@ -32,7 +32,9 @@ SCHEMA = "pgscope"
 # The repository's own layout (its own tables, functions and roles), beside the store version
 # whose tables it holds (tables.STORE_VERSION). Either one newer than this pgscope's is a
 # repository it does not understand.
-REPOSITORY_VERSION = 1
+# 2: the push role's functions check their arguments (a run id is a folder's name and one
+# server's; a partition's month lies in PARTITION_FROM .. now + PARTITION_AHEAD).
+REPOSITORY_VERSION = 2
 PUSH_ROLE = "pgscope_push"
 READ_ROLE = "pgscope_read"
 PG_TYPES = {
@@ -44,6 +46,13 @@ PG_TYPES = {
     "BOOLEAN": "boolean",
 }
 OWN_TABLES = ("schema_version", "servers", "runs", "documents", "push_log")
+# The months a push may make a series' partition for: from this date to a month past the
+# repository's clock (a pushing host's clock a little ahead). A push role made one at
+# 9e18 µs; it now gets an error, and a run's rows outside go to the default partition.
+PARTITION_FROM = "2000-01-01"
+PARTITION_AHEAD = "1 month"
+# What a run id is (read.RUN_ID, as a POSIX regular expression): it names a folder.
+RUN_ID_SQL = "^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$"
 KEY_COLUMNS = ("server_id", "run_key")
 
 
@@ -200,6 +209,18 @@ RETURNS TABLE (run_key bigint, state text, watermarks jsonb)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 #variable_conflict use_column
 BEGIN
+    -- A run id names a folder where it is pulled: one a pull may make, or none.
+    IF p_run_id IS NULL OR p_run_id !~ '@RUN_ID@' THEN
+        RAISE EXCEPTION 'pgscope.open_run: % is not a run id', quote_literal(left(p_run_id, 80));
+    END IF;
+    -- A run id is one server's: another's run of that id would shadow it. One push of an
+    -- id at a time (until the push commits) makes the check hold.
+    PERFORM pg_advisory_xact_lock(hashtext('pgscope.open_run'), hashtext(p_run_id));
+    PERFORM 1 FROM pgscope.runs r WHERE r.run_id = p_run_id AND r.server_id <> p_server_id;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgscope.open_run: run % is another server''s in the repository',
+            p_run_id;
+    END IF;
     -- A known server's row is not touched: a long push would hold its lock, and every other
     -- push of that server would wait for it.
     INSERT INTO pgscope.servers (server_id, system_identifier, host, port)
@@ -222,13 +243,20 @@ CREATE OR REPLACE FUNCTION pgscope.add_partition(p_table text, p_us bigint)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
-    month timestamp := date_trunc('month', to_timestamp(p_us / 1e6) AT TIME ZONE 'UTC');
-    name text := p_table || '_' || to_char(month, 'YYYY_MM');
+    month timestamp;
+    name text;
 BEGIN
     IF NOT p_table = ANY (@SERIES@) THEN
         RAISE EXCEPTION 'pgscope.add_partition: % is not a time series of the repository',
             p_table;
     END IF;
+    IF p_us IS NULL OR p_us < extract(epoch FROM timestamptz '@PARTITION_FROM@ UTC') * 1000000
+       OR p_us > extract(epoch FROM now() + interval '@PARTITION_AHEAD@') * 1000000 THEN
+        RAISE EXCEPTION 'pgscope.add_partition: % µs is not a time a run can have (from '
+            '@PARTITION_FROM@ to a month from now)', p_us;
+    END IF;
+    month := date_trunc('month', to_timestamp(p_us / 1e6) AT TIME ZONE 'UTC');
+    name := p_table || '_' || to_char(month, 'YYYY_MM');
     IF to_regclass(format('pgscope.%I', name)) IS NOT NULL THEN
         RETURN false;
     END IF;
@@ -343,8 +371,12 @@ PUSH_FUNCTIONS = (
 
 
 def functions_ddl() -> str:
-    return FUNCTIONS.replace("@SERIES@", _array([t.name for t in series_tables()])).replace(
-        "@UPDATED@", _array([t.name for t in updated_tables()])
+    return (
+        FUNCTIONS.replace("@SERIES@", _array([t.name for t in series_tables()]))
+        .replace("@UPDATED@", _array([t.name for t in updated_tables()]))
+        .replace("@RUN_ID@", RUN_ID_SQL)
+        .replace("@PARTITION_FROM@", PARTITION_FROM)
+        .replace("@PARTITION_AHEAD@", PARTITION_AHEAD)
     )
 
 
