@@ -175,6 +175,11 @@ WRITING_SCRIPTS = {
         "line 1: ALTER SYSTEM, which is not a read",
         "SELECT count(*) FROM pg_file_settings WHERE name = 'work_mem'",
     ),
+    "a domain whose check writes": (
+        "SELECT 1::public.noted;\n",
+        "names domain public.noted, whose check calls public.note(), a volatile function",
+        "SELECT count(*) FROM marks",
+    ),
     "an operator over a writing function": (
         "SELECT 1 OPERATOR(public.###) 2;\n",
         "uses operator public.###, which runs public.plus_and_write(integer,integer)",
@@ -185,7 +190,12 @@ WRITING_SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def operator_over_a_write(server: EmbeddedCluster) -> None:
+    """An operator and a domain whose code writes (through the dblink wrapper)."""
     with server.connect() as conn:
+        conn.execute(
+            "DROP DOMAIN IF EXISTS public.noted; "
+            "CREATE DOMAIN public.noted AS int CHECK (length(public.note()) > 0)"
+        )
         conn.execute(
             "CREATE OR REPLACE FUNCTION public.plus_and_write(int, int) RETURNS int "
             "LANGUAGE sql AS $$ SELECT $1 + $2 + length(public.note()) $$; "
@@ -247,7 +257,10 @@ def test_a_select_only_script_and_the_bundled_read_script_run_as_pg_monitor(
         "SELECT count(*) FROM pg_stat_activity JOIN pg_locks USING (pid);\n"
     )
     monitoring = tmp_path / "statements.sql"  # its view calls a volatile function: reviewed
-    monitoring.write_text("SELECT pg_sleep(0), calls FROM pg_stat_statements LIMIT 1;\n")
+    monitoring.write_text(
+        "SELECT pg_sleep(0), calls FROM pg_stat_statements LIMIT 1;\n"
+        "SELECT count(*) FROM marks TABLESAMPLE bernoulli (50);\n"
+    )
     for path in (script, monitoring, RECIPES / "select1.sql"):
         check_script_reads(as_role(server, "mon"), [path])
     results = tmp_path / "r"
@@ -358,3 +371,30 @@ def test_the_refusal_of_a_writing_function_comes_first_for_a_pg_monitor_role(
     assert one_line_error(result).startswith(
         "pgscope: error: script reset.sql line 3: calls pg_stat_reset(), a volatile function"
     )
+
+
+def test_an_implicit_cast_over_a_writing_function_refuses_every_script(
+    server: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """The server applies an implicit cast where no script names it (a function's argument):
+    one whose function is volatile could write from any statement."""
+    script = tmp_path / "one.sql"
+    script.write_text("SELECT 1;\n")
+    with server.connect() as conn:
+        conn.execute(
+            "DROP TYPE IF EXISTS public.mood CASCADE; CREATE TYPE public.mood AS ENUM ('a'); "
+            "CREATE FUNCTION public.mood_text(public.mood) RETURNS text LANGUAGE sql "
+            "AS $$ SELECT public.note() $$; "
+            "CREATE CAST (public.mood AS text) WITH FUNCTION public.mood_text(public.mood) "
+            "AS IMPLICIT"
+        )
+    try:
+        with pytest.raises(RefusedError) as refused:
+            check_script_reads(as_role(server, "mon"), [script])
+        assert "one.sql line 1: the server's implicit cast from public.mood to text runs " in str(
+            refused.value
+        )
+    finally:
+        with server.connect() as conn:
+            conn.execute("DROP TYPE public.mood CASCADE")
+    check_script_reads(as_role(server, "mon"), [script])

@@ -225,6 +225,8 @@ HARMLESS_VOLATILE = frozenset(
         "pg_ls_waldir", "pg_ls_logdir", "pg_ls_tmpdir", "pg_ls_archive_statusdir",
         # a sequence's last value, read (nextval and setval take or set one: refused)
         "currval", "lastval", "pg_sequence_last_value",
+        # TABLESAMPLE's methods (handlers that describe the sampling)
+        "bernoulli", "system",
     }
 )  # fmt: skip
 # Volatile functions of an extension that only read, by (extension, function).
@@ -306,6 +308,32 @@ WHERE c.relname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
 """
 
 
+# A domain's CHECK expressions (a cast to it runs them), and the domain it is over.
+_DOMAINS = """
+SELECT t.typname, n.nspname, pg_catalog.format_type(t.oid, NULL),
+    ARRAY(SELECT pg_catalog.pg_get_expr(c.conbin, 0) FROM pg_catalog.pg_constraint c
+          WHERE c.contypid OPERATOR(pg_catalog.=) t.oid AND c.conbin IS NOT NULL),
+    b.typname, bn.nspname
+FROM pg_catalog.pg_type t
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) t.typnamespace
+JOIN pg_catalog.pg_type b ON b.oid OPERATOR(pg_catalog.=) t.typbasetype
+JOIN pg_catalog.pg_namespace bn ON bn.oid OPERATOR(pg_catalog.=) b.typnamespace
+WHERE t.typtype OPERATOR(pg_catalog.=) 'd'
+  AND t.typname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
+"""
+# Casts the server applies without being asked (to a function's argument type, say): one
+# whose function is volatile could run anywhere, so any such cast refuses every script.
+_IMPLICIT_CASTS = f"""
+SELECT 'cast', '', 0, {_FUNCTION_COLUMNS},
+    c.castsource::pg_catalog.regtype::pg_catalog.text OPERATOR(pg_catalog.||) ' to '
+        OPERATOR(pg_catalog.||) c.casttarget::pg_catalog.regtype::pg_catalog.text
+FROM pg_catalog.pg_cast c
+JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) c.castfunc
+JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
+WHERE c.castcontext OPERATOR(pg_catalog.<>) 'e'
+"""
+
+
 def check_script_reads(conn: ConnParams, scripts: Sequence[Path]) -> None:
     """Refuse (RefusedError, one line naming the file, line and what) a script on a user's
     server unless every SQL statement in it is a read by PostgreSQL's own parser, and every
@@ -326,7 +354,7 @@ def check_script_reads(conn: ConnParams, scripts: Sequence[Path]) -> None:
             except NotARead as exc:
                 raise _not_read(f"{where}: {exc}") from None
     with guarded(conn).connect() as session, pinned(session):
-        why = _first_unsafe(session, uses)
+        why = _implicit_cast(session, uses) or _first_unsafe(session, uses)
     if why is not None:
         raise _not_read(why)
 
@@ -336,6 +364,19 @@ def _not_read(why: str) -> RefusedError:
         f"script {why}; pgscope runs only reads on an existing server (PostgreSQL's parser "
         f"and its functions' volatility decide) unless you pass --allow-writes"
     )
+
+
+def _implicit_cast(session: psycopg.Connection[Any], uses: list[Uses]) -> str | None:
+    if not uses:
+        return None
+    for row in session.execute(_IMPLICIT_CASTS).fetchall():
+        fschema, fname, signature, volatile, extension, cast = row[3:]
+        if volatile and not _harmless(fschema, fname, extension):
+            return (
+                f"{uses[0].where}: the server's implicit cast from {cast} runs {signature}, "
+                f"a volatile function that could write, wherever a value is converted"
+            )
+    return None
 
 
 def _first_unsafe(session: psycopg.Connection[Any], uses: list[Uses]) -> str | None:
@@ -354,7 +395,10 @@ def _first_unsafe(session: psycopg.Connection[Any], uses: list[Uses]) -> str | N
         following = _read_relations(session, [p for p in pending if p[2].kind == "relation"])
         if isinstance(following, str):
             return following
-        pending = following
+        checks = _domain_checks(session, [p for p in pending if p[2].kind == "type"])
+        if isinstance(checks, str):
+            return checks
+        pending = following + checks
     where, through, name = pending[0]
     return f"{where}: {through}reads {name.shown()} through views nested too deep to judge"
 
@@ -423,4 +467,29 @@ def _read_relations(
                 except NotARead as exc:
                     return f"{where}: {through}reads {context} is not a read: {exc}"
                 found += [(where, f"{through}reads {context} ", n) for n in inner]
+    return found
+
+
+def _domain_checks(
+    session: psycopg.Connection[Any], types: list[tuple[str, str, Name]]
+) -> list[tuple[str, str, Name]] | str:
+    """What a cast to the domains among `types` runs (their CHECK expressions), and the
+    domains they are over; or why one of them cannot be judged."""
+    if not types:
+        return []
+    rows = session.execute(_DOMAINS, [sorted({t[2].name for t in types})]).fetchall()
+    found: list[tuple[str, str, Name]] = []
+    for where, through, name in types:
+        for typname, schema, shown, checks, base, base_schema in rows:
+            if typname != name.name or (name.schema is not None and schema != name.schema):
+                continue
+            context = f"{through}names domain {shown}, whose check"
+            over = f"{through}names domain {shown}, over which it is: "
+            found.append((where, over, Name("type", base_schema, base)))
+            for check in checks:
+                try:
+                    inner = sql_uses(f"SELECT {check}")
+                except NotARead as exc:
+                    return f"{where}: {context} is not a read: {exc}"
+                found += [(where, context + " ", n) for n in inner]
     return found

@@ -9,8 +9,8 @@ read would make the server run is collected, by name, to be resolved on the serv
 (drive/readonly.py): every function called (`f(...)`, and `t.f` or `(t).f`, which call a
 one-argument `f` when `t` has no column `f`), every operator (named, and the comparisons that
 `IN`, `CASE`, `BETWEEN`, sorting and grouping use without naming them), every type named
-(its input function and the casts to it run), and every relation read (a view's query runs,
-and a table's row security policies).
+(its input function, the casts to it and a domain's checks run), every `TABLESAMPLE` method,
+and every relation read (a view's query runs, and a table's row security policies).
 
 pgbench's `:variables` are pgbench's, not SQL: before parsing, each is replaced as the
 extended and prepared protocols send it, by a parameter (` $n `, spaced so that a variable
@@ -288,6 +288,8 @@ def uses_of(statement: ast.Node | None) -> set[Name]:
             found.add(_qualified("operator", _strings(node.operName)))
         elif isinstance(node, ast.SortBy) and node.useOp:
             found.add(_qualified("operator", _strings(node.useOp)))
+        elif isinstance(node, ast.RangeTableSample):  # its method is a handler function
+            found.add(_qualified("function", _strings(node.method)))
         elif isinstance(node, ast.TypeName):
             found.add(_qualified("type", _strings(node.names)))
         elif isinstance(node, ast.RangeVar):
