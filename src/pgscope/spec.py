@@ -54,6 +54,73 @@ PGSCOPE_KEYS = {
     "settings, and split each step's clients between them",
 }
 MAX_CLIENTS = 10000
+# Server settings that are pgscope's alone on the clusters it starts: where the cluster listens
+# and who may connect (it admits only its owner, target/embedded.py), which files it is made
+# of or writes outside its data directory, which programs it runs and what code it loads. A
+# spec or --set naming one is refused, not ignored: the run would not be what it says.
+RESERVED_SETTINGS = {
+    **dict.fromkeys(
+        (
+            "listen_addresses",
+            "port",
+            "unix_socket_directories",
+            "unix_socket_group",
+            "unix_socket_permissions",
+            "hba_file",
+            "ident_file",
+            "krb_server_keyfile",
+            "krb_caseins_users",
+            "gss_accept_delegation",
+            "db_user_namespace",
+            "oauth_validator_libraries",
+        ),
+        "where the cluster listens and who may connect",
+    ),
+    **dict.fromkeys(
+        (
+            "config_file",
+            "data_directory",
+            "external_pid_file",
+            "log_directory",
+            "log_filename",
+            "stats_temp_directory",
+        ),
+        "which files the cluster is made of and writes",
+    ),
+    **dict.fromkeys(
+        (
+            "archive_command",
+            "archive_cleanup_command",
+            "restore_command",
+            "recovery_end_command",
+            "ssl_passphrase_command",
+        ),
+        "which programs the cluster runs",
+    ),
+    **dict.fromkeys(
+        (
+            "archive_library",
+            "dynamic_library_path",
+            "jit_provider",
+            "extension_control_path",
+            "extension_destdir",
+        ),
+        "what code the cluster loads",
+    ),
+    **dict.fromkeys(
+        ("primary_conninfo", "primary_slot_name"),
+        "where a standby connects",
+    ),
+}
+RESERVED_PREFIXES = {"ssl": "the cluster's TLS: who may connect, and which programs it runs"}
+# Preloaded libraries: only these, which pgscope's collectors load themselves (a name, never
+# a path: the server looks for it in its own library folder).
+PRELOAD_SETTINGS = (
+    "shared_preload_libraries",
+    "session_preload_libraries",
+    "local_preload_libraries",
+)
+PRELOADABLE = frozenset({"pg_stat_statements", "auto_explain", "pg_wait_sampling"})
 # Steps in one run: 10,000 of a second each take seven hours; beyond, the plan itself (and its
 # JSON) would fill the memory before anything ran (--clients 1-10000 --repeats 1000 did).
 MAX_STEPS = 10000
@@ -435,7 +502,35 @@ def _workload_name(raw: dict[str, Any], file_workload: Any, flags: dict[str, str
     return None
 
 
+def reserved_setting(name: str, value: SettingValue) -> str | None:
+    """Why a spec may not set `name` to `value` (RESERVED_SETTINGS), or None. Names are
+    compared as the server does: without case."""
+    key = name.strip().lower()
+    why = RESERVED_SETTINGS.get(key)
+    if why is None:
+        why = next((w for p, w in RESERVED_PREFIXES.items() if key.startswith(p)), None)
+    if why is not None:
+        return f"{name} is set by pgscope alone ({why}); a spec cannot change it"
+    if key in PRELOAD_SETTINGS:
+        libraries = [lib.strip().strip('"') for lib in setting_text(value).split(",")]
+        others = [lib for lib in libraries if lib and lib not in PRELOADABLE]
+        if others:
+            return (
+                f"{name}: {', '.join(map(repr, others))} is not a library pgscope loads "
+                f"(a spec may preload only {', '.join(sorted(PRELOADABLE))})"
+            )
+    return None
+
+
+def _check_reserved(settings: dict[str, SettingValue], where: str) -> None:
+    for name, value in settings.items():
+        problem = reserved_setting(name, value)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+
+
 def _check_pgscope_keys(settings: dict[str, SettingValue], where: str) -> None:
+    _check_reserved(settings, where)
     for key, value in settings.items():
         if not key.startswith("pgscope."):
             continue
@@ -624,6 +719,10 @@ def load_spec(
         raw.update(quick_table)
     file_workload = raw.get("workload", Spec.model_fields["workload"].default)
     raw.update(overrides or {})
+    for name, value in (extra_settings or {}).items():
+        problem = reserved_setting(name, value)
+        if problem:
+            raise SpecError(f"--set {name}={value}: {problem}")
     if extra_settings:
         base = raw.get("settings", {})
         raw["settings"] = {**(base if isinstance(base, dict) else {}), **extra_settings}
