@@ -320,7 +320,7 @@ class OptionsDroppingProxy:
     reaches the server through it."""
 
     def __init__(self, cluster: EmbeddedCluster) -> None:
-        self.target = ("127.0.0.1", cluster.port)
+        self.target = str(cluster.socket_dir / f".s.PGSQL.{cluster.port}")  # it has no TCP
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -344,7 +344,8 @@ class OptionsDroppingProxy:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
-        with client, socket.create_connection(self.target) as server:
+        with client, socket.socket(socket.AF_UNIX) as server:
+            server.connect(self.target)
             (length,) = struct.unpack("!I", _receive(client, 4))
             body = _receive(client, length - 4)
             words = body[4:].split(b"\0")

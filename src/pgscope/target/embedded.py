@@ -1,15 +1,25 @@
 """Embedded target: a throw-away PostgreSQL cluster that pgscope owns from initdb to teardown.
 
 The cluster lives in a fresh temporary directory (data directory and unix socket side by side),
-listens on a free loopback port, runs as an unprivileged account when pgscope runs as root,
-and is always torn down: fast shutdown, then immediate, then SIGKILL of its process group,
-then the directory is removed. Variant settings go through ALTER SYSTEM, followed by a reload
-or a restart according to each setting's `pg_settings.context`.
+runs as an unprivileged account when pgscope runs as root, and is always torn down: fast
+shutdown, then immediate, then SIGKILL of its process group, then the directory is removed.
+Variant settings go through ALTER SYSTEM, followed by a reload or a restart according to each
+setting's `pg_settings.context`.
+
+It admits only its owner: it listens on no TCP address at all, only on a unix socket (mode
+0700) in a folder inside the cluster's own 0700 directory, which belongs to the server's
+account; pgscope (root, or that account) and the load's programs (that account) reach it
+there. Where it listens is given on the postmaster's command line, which outranks
+postgresql.conf and ALTER SYSTEM alike, and pg_hba.conf rejects every TCP connection besides.
+A spec cannot name these settings (spec.RESERVED_SETTINGS).
 
 Every cluster gets its own data directory, copied from an initdb template: initdb runs once
 per process (or once per directory named by PGSCOPE_INITDB_TEMPLATES, which a test session
 sets so that its many clusters share one initdb), keyed by what decides initdb's output. A
 template is never started; where it cannot be made or copied, the cluster runs initdb itself.
+The template and its copies are the server's account's, and the copy is made by that account
+(`cp` run as it): root never walks, copies into or changes the owner of anything in a tree
+that account can write, where a swapped folder would lead it elsewhere.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -53,7 +64,8 @@ STOP_GRACE_S = 30.0
 INITDB_OPTIONS = (
     "-U",
     SUPERUSER,
-    "--auth=trust",
+    "--auth-local=trust",  # the socket only its owner reaches (see the module's docstring)
+    "--auth-host=reject",  # no TCP connection is ever admitted, even if one were listened for
     "-E",
     "UTF8",
     "--locale=C",
@@ -95,6 +107,8 @@ def benchmark_defaults(max_clients: int) -> dict[str, str]:
 
 
 def free_port() -> int:
+    """A port number no one listens on: it names the cluster's socket file (.s.PGSQL.PORT);
+    the cluster itself listens on no TCP port."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -237,8 +251,11 @@ class EmbeddedCluster:
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise TargetError(f"pg_basebackup for standby {self.standby_name} failed: {last}")
-        # The data directory is the account's: a link in it is never followed as root.
-        signal_fd = self._open_in_data("standby.signal", os.O_WRONLY | os.O_CREAT, 0o600)
+        # The data directory is the account's: a link in it is never followed as root, and
+        # the file is a new one root made (a name already there is not opened).
+        signal_fd = self._open_in_data(
+            "standby.signal", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
+        )
         try:
             if self.run_as.switches_user:
                 os.fchown(signal_fd, self.run_as.uid, self.run_as.gid)
@@ -260,9 +277,12 @@ class EmbeddedCluster:
                 f"cannot create a cluster directory in {parent}: {exc.strerror}"
             ) from None
         claim(self.root)
-        (self.root / "socket").mkdir()
-        for path in (self.root, self.root / "socket"):
-            self.run_as.chown(path)
+        os.mkdir(self.root / "socket", 0o700)
+        # Inner first: once the cluster's folder is the account's, the account could swap
+        # `socket` for a link, which a chown of it would then follow. Neither follows one.
+        if self.run_as.switches_user:
+            for path in (self.root / "socket", self.root):
+                os.chown(path, self.run_as.uid, self.run_as.gid, follow_symlinks=False)
 
     def _initdb(self) -> None:
         _run_initdb(self.pg, self.run_as, self.data_dir)
@@ -274,22 +294,26 @@ class EmbeddedCluster:
         template = _template(self.pg, self.run_as, self.work_dir or Path(tempfile.gettempdir()))
         if template is None:
             return False
-        try:
-            _copy_tree(template, self.data_dir)
-        except OSError:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+        if not _copy_tree(template, self.data_dir, self.run_as):
             return False
         self.initialised_by = "template"
         return True
 
-    def _write_config(self) -> None:
-        self.port = free_port()
-        fixed = {
-            "listen_addresses": "127.0.0.1",
+    def listener_settings(self) -> dict[str, str]:
+        """Where the cluster listens and who may connect: pgscope's alone, given on the
+        postmaster's command line, which no configuration file nor ALTER SYSTEM outranks.
+        No TCP address; the socket in the cluster's private folder, for its owner only."""
+        return {
+            "listen_addresses": "",
             "port": str(self.port),
             "unix_socket_directories": str(self.socket_dir),
-            "logging_collector": "off",  # stderr goes to the run's server.log
+            "unix_socket_group": "",
+            "unix_socket_permissions": "0700",
         }
+
+    def _write_config(self) -> None:
+        self.port = free_port()
+        fixed = {"logging_collector": "off"}  # stderr goes to the run's server.log
         if self.primary is not None:
             fixed["primary_conninfo"] = (
                 f"host={self.primary.socket_dir} port={self.primary.port} user={SUPERUSER} "
@@ -305,7 +329,18 @@ class EmbeddedCluster:
             lines.append(f"{name} = {_quote_conf(value)}")
         conf_fd = self._open_in_data("postgresql.conf", os.O_WRONLY | os.O_APPEND)
         with os.fdopen(conf_fd, "a") as conf:
+            self._check_accounts_file(conf_fd, "postgresql.conf")
             conf.write("\n".join(lines) + "\n")
+
+    def _check_accounts_file(self, fd: int, name: str) -> None:
+        """Root writes into a file of the data directory only when it is a regular file of
+        the server's account with one name: not a hard link to a file of someone else's."""
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != self.run_as.uid or info.st_nlink != 1:
+            raise TargetError(
+                f"{self.data_dir / name} is not a regular file of {self.run_as.name} with "
+                f"one name; the cluster is not started"
+            )
 
     def _launch(self) -> None:
         if self._log_file is None:
@@ -313,8 +348,9 @@ class EmbeddedCluster:
             self._log_file = self.log_path.open("ab")
         self._launched_at = self.log_path.stat().st_size
         # SIGINT on parent death = fast shutdown: a killed pgscope still stops its server.
+        options = [f"--{name}={value}" for name, value in self.listener_settings().items()]
         self._proc = spawn(
-            [self.pg.path("postgres"), "-D", self.data_dir],
+            [self.pg.path("postgres"), "-D", self.data_dir, *options],
             run_as=self.run_as,
             cwd=self.root,
             stdout=self._log_file,
@@ -615,17 +651,23 @@ def _make_template(pg: PgBinaries, run_as: RunAs, base: Path, key: str) -> Path:
     return done
 
 
-def _copy_tree(source: Path, target: Path) -> None:
-    """Copy a data directory with its modes (PostgreSQL insists on 0700 or 0750) and, as
-    root, its owners; never as links to the source."""
-    shutil.copytree(source, target, symlinks=True)
-    if os.geteuid() != 0:
-        return
-    for folder, dirs, files in os.walk(source):
-        rel = Path(folder).relative_to(source)
-        for name in [".", *dirs, *files]:
-            st = os.lstat(Path(folder, name))
-            os.lchown(target / rel / name, st.st_uid, st.st_gid)
+def _copy_tree(source: Path, target: Path, run_as: RunAs) -> bool:
+    """Copy a data directory (with its modes: PostgreSQL insists on 0700 or 0750; links as
+    links) into `target`, a new folder, as the account that owns both: the template is that
+    account's, and so is the folder the copy goes in, so it could swap any folder of either for
+    a link between two steps of a copy made by root (root's walk that gave the copy its owners
+    once followed such a link and gave a root file to the account). Made by the account, the
+    copy needs no change of owner, and a link followed is followed with the account's rights.
+    False when the copy fails (what was copied is removed)."""
+    argv: list[str | os.PathLike[str]] = ["cp", "-a", "--no-target-directory", "--", source, target]
+    try:
+        result = run_child(argv, run_as=run_as, timeout=300, cwd=target.parent)
+    except (OSError, EnvironmentProblem, subprocess.TimeoutExpired):
+        result = None
+    if result is not None and result.returncode == 0:
+        return True
+    remove_tree(target)
+    return False
 
 
 def _alter_system(name: str, value: str) -> sql.Composed:
