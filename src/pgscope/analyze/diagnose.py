@@ -24,17 +24,16 @@ from __future__ import annotations
 import dataclasses
 import operator
 import re
-import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pgscope.analyze import paths
+from pgscope.analyze import catalogue, paths
 from pgscope.analyze.absence import Absence
 from pgscope.analyze.account import Account, account_of
 from pgscope.analyze.capacity import CapacityAnalysis, RateCell
+from pgscope.analyze.catalogue import Advice, Rule
 from pgscope.analyze.facts import kind
 from pgscope.analyze.facts.account import (
     PATH_NODE_SHARE,
@@ -84,69 +83,19 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    title: str
-    score: list[str]
-    medium: float
-    high: float
-    evidence: list[str]
-    refute: str
-    # Each: a text, or a table {text, unless}: advice the run already follows (its `unless`
-    # holds on the cell's facts) is left out. "{fact.name}" in a text reads as the measured
-    # value ("not measured" when the run lacks it).
-    recommendations: list[str | dict[str, Any]]
-    scope: str = "variant"
-    require: list[list[Any]] = field(default_factory=list)
-    weaken: list[list[Any]] = field(default_factory=list)
-    unless: list[list[Any]] = field(default_factory=list)
-    name_from: str | None = None
-    symptom: bool = False
-    # The finding is about work thrown away (transactions that fail), not work slowed: among
-    # findings of the same confidence it comes first, since a commit that waits still commits.
-    lost_work: bool = False
-    # "{name}" is this fact's label (a cause, in words); its name's suffix picks the advice
-    quote_from: str | None = None
-    # Findings of other rules that say the same thing less specifically ("id", or "id:name"
-    # for a rule whose title has a {name}): dropped on a variant where this rule fires.
-    supersedes: list[str] = field(default_factory=list)
-    # What would refute it in an observation, where `refute` speaks of pgbench's own record.
-    refute_observed: str | None = None
-
-
-def load_rules(path: Path | None = None) -> tuple[list[Rule], dict[str, list[str]]]:
-    text = (
-        path.read_text()
-        if path is not None
-        else resources.files("pgscope.analyze").joinpath("rules.toml").read_text()
+def load_rules(path: Path | None = None) -> tuple[list[Rule], Advice]:
+    """The causes facts trigger, and the advice per name their titles take, from the
+    catalogue (checked as it loads: analyze/catalogue.py); `path`: a rules file of one's own
+    in its place."""
+    found = (
+        catalogue.bundled()
+        if path is None
+        else catalogue.parse(
+            path.read_text(),
+            resources.files("pgscope.analyze").joinpath("mechanisms.toml").read_text(),
+        )
     )
-    data = tomllib.loads(text)
-    rules = [Rule(**rule) for rule in data["rules"]]
-    for rule in rules:
-        unknown = [name for name in _named_facts(rule) if kind(name) is None]
-        if unknown:
-            raise ValueError(
-                f"rule {rule.id} names facts no family declares (analyze/facts/): "
-                f"{', '.join(dict.fromkeys(unknown))}"
-            )
-    # per LWLock tranche; per cause of failure; per caller of a CPU hot spot
-    tables = ("lwlock_advice", "cause_advice", "caller_advice")
-    return rules, {k: list(v) for t in tables for k, v in data.get(t, {}).items()}
-
-
-def _named_facts(rule: Rule) -> list[str]:
-    """Every fact a rule names: what it scores, requires, is weakened or ruled out by, shows,
-    takes its title from, and what its advice quotes or is left out for."""
-    names = [*rule.score, *rule.evidence]
-    names += [cond[0] for cond in (*rule.require, *rule.weaken, *rule.unless)]
-    names += [n for n in (rule.name_from, rule.quote_from) if n is not None]
-    for entry in rule.recommendations:
-        text = entry if isinstance(entry, str) else entry["text"]
-        names += _FACT_IN_TEXT.findall(text)
-        if not isinstance(entry, str):
-            names += [cond[0] for cond in entry.get("unless", [])]
-    return names
+    return list(found.rules), dict(found.advice)
 
 
 def _resolve(sheet: FactSheet, name: str) -> Fact | None:
@@ -164,7 +113,7 @@ def _holds(sheet: FactSheet, name: str, op: str, threshold: Any) -> Fact | None:
     return fact if fact is not None and OPS[op](fact.value, float(threshold)) else None
 
 
-_FACT_IN_TEXT = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_:]+)+)\}")
+_FACT_IN_TEXT = catalogue.FACT_IN_TEXT
 
 
 def _advice(entries: Sequence[str | dict[str, Any]], sheet: FactSheet) -> list[str]:
@@ -199,7 +148,7 @@ def _needs(missing: list[str]) -> list[str]:
 
 
 def evaluate(
-    rule: Rule, sheet: FactSheet, advice: dict[str, list[str]], absence: Absence | None = None
+    rule: Rule, sheet: FactSheet, advice: Advice, absence: Absence | None = None
 ) -> Finding | NotAssessed | None:
     """A finding (confidence at least medium), a rule that could not be assessed (and why,
     where `absence` knows), or None."""
@@ -265,7 +214,7 @@ def evaluate(
 def diagnose(
     sheets: list[FactSheet],
     rules: list[Rule] | None = None,
-    advice: dict[str, list[str]] | None = None,
+    advice: Advice | None = None,
     absence: Absence | None = None,
     accounts: list[Account] | None = None,
 ) -> Diagnosis:
@@ -652,7 +601,7 @@ def judge_window(
     step_id: int,
     whole: Diagnosis,
     rules: list[Rule] | None = None,
-    advice: dict[str, list[str]] | None = None,
+    advice: Advice | None = None,
 ) -> WindowJudgement:
     """One window of an observation (its worst) judged by the rules that judge a cell, and
     said against the whole observation's findings: the same leading cause, another one, or

@@ -1,15 +1,10 @@
-"""Findings from the account of active time: follow the heavy branches down, as a DBA does,
-and name each by the deepest node its evidence supports.
+"""Findings from the account of active time: follow the heavy branches down, as a DBA does
+(analyze/heavy.py), and name each by the deepest node its evidence supports.
 
-From each statement of the account, a path goes down through every child that holds a good
-part of its parent (BRANCH of it, and MIN_SHARE of the active time): a statement whose time is
-half planning and half JIT has two paths. A path ends at a node none of whose children hold
-that much: there the evidence stops being one thing. The same deepest node reached under
-several waits (a scan's CPU and its reads) is one path, their shares added.
-
-Each path is interpreted by the first mechanism of mechanisms.toml that matches its deepest
-node, else one above it up to the statement: the mechanism names the cause, what would
-refute it and what to try. A path no mechanism interprets is still a finding, titled from its
+Each path is interpreted by the first cause of the catalogue whose paths trigger (its
+mechanism) matches its deepest node, else one above it up to the statement
+(analyze/catalogue.py): the mechanism names the cause, what would refute it and what to
+try. A path no mechanism interprets is still a finding, titled from its
 nodes, with the advice its node's kind gives. Its sentence names what the path went through:
 the statement (query id and text), its part, the plan node and relation, the trigger, the
 function, the nested statement, the lock and its holder.
@@ -18,27 +13,31 @@ function, the nested statement, the lock and its holder.
 from __future__ import annotations
 
 import operator
-import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
+from dataclasses import dataclass
 from typing import Any
 
+from pgscope.analyze import catalogue
 from pgscope.analyze.account import Account, Node
+from pgscope.analyze.catalogue import Mechanism
+from pgscope.analyze.heavy import BRANCH, MIN_SHARE, NOT_THE_SERVERS, Path, heavy_paths
 
-# A child is followed when it holds this much of its parent...
-BRANCH = 0.3
-# ... and this much of the active time; a path below it names nothing worth the reader's time.
-MIN_SHARE = 0.05
-# Waits that are not the server's work, whatever the state beside them says: a session in a
-# statement waiting for its client's next message (COPY data, a message of the extended
-# protocol) waits for the client; and in short statements such a sample is mostly one read at
-# two instants, the state while the statement ran and the wait after it ended (the same runs
-# show sessions 'idle' with no wait or with an LWLock wait, the tear the other way: 598 and 23
-# samples beside 211 'active' ones on Client:ClientRead in the partition-locks case). The
-# account keeps their time; no path follows it.
-NOT_THE_SERVERS = frozenset({"Client:ClientRead"})
+__all__ = [
+    "BRANCH",
+    "MIN_SAMPLES",
+    "MIN_SHARE",
+    "NOT_THE_SERVERS",
+    "Mechanism",
+    "Path",
+    "Reading",
+    "describe",
+    "heavy_paths",
+    "interpret",
+    "matched_share",
+    "mechanisms",
+    "readings",
+]
+
 # Samples behind a path below which its finding is at most of low confidence.
 MIN_SAMPLES = 50
 LEVELS = ("low", "medium", "high")
@@ -58,40 +57,6 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 
 
 @dataclass(frozen=True)
-class Mechanism:
-    id: str
-    node: list[str]
-    title: str
-    refute: str
-    recommendations: list[str]
-    when: list[list[Any]] = field(default_factory=list)
-    supersedes: list[str] = field(default_factory=list)
-    rule: str | None = None
-    # Mechanisms naming one cause from different nodes (a join's scan and the join itself):
-    # their paths in one statement are one finding.
-    group: str | None = None
-
-
-@dataclass(frozen=True)
-class Path:
-    nodes: tuple[Node, ...]  # from the root of the account to the deepest node
-    share: float  # the deepest node's, over every wait it was reached under
-    events: tuple[str, ...]
-
-    @property
-    def deepest(self) -> Node:
-        return self.nodes[-1]
-
-    def nearest(self, kind: str) -> Node | None:
-        """The path's deepest node of this kind."""
-        return next((n for n in reversed(self.nodes) if n.kind == kind), None)
-
-    @property
-    def statement(self) -> Node | None:
-        return self.nearest("statement")
-
-
-@dataclass(frozen=True)
 class Reading:
     """A path and what it means."""
 
@@ -105,52 +70,11 @@ class Reading:
     confidence: str
 
 
-@cache
 def mechanisms() -> tuple[tuple[Mechanism, ...], dict[str, str]]:
-    data = tomllib.loads(resources.files("pgscope.analyze").joinpath("mechanisms.toml").read_text())
-    found = []
-    for entry in data["mechanisms"]:
-        kinds = entry.pop("node")
-        found.append(Mechanism(node=[kinds] if isinstance(kinds, str) else list(kinds), **entry))
-    return tuple(found), dict(data.get("node_advice", {}))
-
-
-def heavy_paths(account: Account) -> list[Path]:
-    """Every path worth naming, heaviest first."""
-    merged: dict[tuple[Any, ...], Path] = {}
-    for klass in account.root.children:
-        for event in klass.children:
-            if event.name in NOT_THE_SERVERS:
-                continue
-            for statement in event.children:
-                if statement.share < MIN_SHARE:
-                    continue
-                for nodes in _descend((account.root, klass, event, statement)):
-                    deepest = nodes[-1]
-                    # A statement's own waits stay apart (its commit's, its locks').
-                    key: tuple[Any, ...] = (
-                        statement.detail.get("query_id") or statement.name,
-                        deepest.kind,
-                        deepest.name,
-                        event.name if deepest.kind == "statement" else None,
-                    )
-                    was = merged.get(key)
-                    if was is None:
-                        merged[key] = Path(nodes, deepest.share, (event.name,))
-                    else:
-                        heavier = nodes if deepest.share > was.deepest.share else was.nodes
-                        merged[key] = Path(
-                            heavier, was.share + deepest.share, (*was.events, event.name)
-                        )
-    return sorted(merged.values(), key=lambda p: (-p.share, p.deepest.name))
-
-
-def _descend(nodes: tuple[Node, ...]) -> list[tuple[Node, ...]]:
-    node = nodes[-1]
-    followed = [c for c in node.children if c.share >= max(BRANCH * node.share, MIN_SHARE)]
-    if not followed:
-        return [nodes]
-    return [p for c in followed for p in _descend((*nodes, c))]
+    """The causes the account's paths trigger, in the order they are tried, and the advice
+    for a path none interprets, by its deepest node (analyze/catalogue.py)."""
+    found = catalogue.bundled()
+    return found.mechanisms, found.node_advice
 
 
 def _field(path: Path, node: Node, name: str) -> Any:

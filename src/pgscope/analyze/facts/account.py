@@ -4,7 +4,7 @@ many samples it rests on. A path finding's evidence is of these kinds too (analy
 from __future__ import annotations
 
 from pgscope.analyze.facts import CellFacts, FactKind, FactSheet, Family
-from pgscope.analyze.paths import heavy_paths
+from pgscope.analyze.heavy import heavy_paths
 
 SAMPLING = "the activity collector"
 SOURCES = ("activity",)
