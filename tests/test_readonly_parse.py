@@ -17,10 +17,13 @@ from pgscope.drive.readonly import check_script_reads
 from pgscope.drive.scriptlex import read_script
 from pgscope.drive.statements import NotARead, defined_variables, read_uses
 from pgscope.errors import RefusedError
+from pgscope.proc import server_account
 from pgscope.target.conn import ConnParams
-from pgscope.target.embedded import EmbeddedCluster
+from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
+from pgscope.target.pgbin import PgBinaries
 from pgscope.target.privileges import write_privilege
 from tests.cli import one_line_error, pgscope
+from tests.servers import SMALL_SERVER
 
 SHORT = ["--scale", "0", "--clients", "1", "--duration", "1", "--warmup", "0", "--repeats", "1"]
 RECIPES = Path(__file__).resolve().parents[1] / "src" / "pgscope" / "recipes" / "scripts"
@@ -398,3 +401,29 @@ def test_an_implicit_cast_over_a_writing_function_refuses_every_script(
         with server.connect() as conn:
             conn.execute("DROP TYPE public.mood CASCADE")
     check_script_reads(as_role(server, "mon"), [script])
+
+
+def test_reads_pass_and_writes_are_refused_on_every_version(
+    pg_version: PgBinaries, tmp_path: Path
+) -> None:
+    """The catalog queries and the reviewed list hold on 15 to 18: the bundled read script and
+    reads of the statistics views pass as a pg_monitor role; lo_from_bytea is refused."""
+    reads, writes = tmp_path / "reads.sql", tmp_path / "writes.sql"
+    reads.write_text(
+        "\\set n random(1, 9)\nSELECT count(*) FROM pg_stat_activity a JOIN pg_locks l "
+        "USING (pid) WHERE a.pid <> :n;\nSELECT * FROM pg_stat_database, pg_stat_bgwriter;\n"
+        "SELECT pg_current_wal_lsn(), pg_database_size(current_database()), now();\n"
+    )
+    writes.write_text("SELECT 1;\nSELECT lo_from_bytea(0, 'x');\n")
+    with EmbeddedCluster(
+        pg_version, server_account(None), tmp_path / "server.log",
+        {**benchmark_defaults(4), **SMALL_SERVER},
+    ) as cluster:  # fmt: skip
+        with cluster.connect() as conn:
+            conn.execute("CREATE ROLE mon LOGIN; GRANT pg_monitor TO mon")
+        role = as_role(cluster, "mon")
+        check_script_reads(role, [reads, RECIPES / "select1.sql"])
+        with pytest.raises(RefusedError, match=r"writes\.sql line 2: calls lo_from_bytea"):
+            check_script_reads(role, [writes])
+        with role.connect() as session:
+            assert write_privilege(session) is None
