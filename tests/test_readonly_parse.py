@@ -183,6 +183,21 @@ WRITING_SCRIPTS = {
         "names domain public.noted, whose check calls public.note(), a volatile function",
         "SELECT count(*) FROM marks",
     ),
+    "a STABLE SQL function calling a writing one": (
+        "SELECT calm();\n",
+        "calls public.calm(), whose body calls public.note(), a volatile function",
+        "SELECT count(*) FROM marks",
+    ),
+    "a STABLE PL/pgSQL function calling a writing one": (
+        "SELECT calm_pl();\n",
+        "calls public.calm_pl(), whose body calls pg_stat_reset(), a volatile function",
+        "SELECT stats_reset::text FROM pg_stat_database WHERE datname = 'postgres'",
+    ),
+    "a STABLE PL/pgSQL function running a built string": (
+        "SELECT 1 WHERE calm_exec() > 0;\n",
+        "calls public.calm_exec(), whose body has EXECUTE of a built string",
+        "SELECT count(*) FROM marks",
+    ),
     "an operator over a writing function": (
         "SELECT 1 OPERATOR(public.###) 2;\n",
         "uses operator public.###, which runs public.plus_and_write(integer,integer)",
@@ -193,8 +208,18 @@ WRITING_SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def operator_over_a_write(server: EmbeddedCluster) -> None:
-    """An operator and a domain whose code writes (through the dblink wrapper)."""
+    """An operator, a domain and STABLE functions whose code writes (through the dblink
+    wrapper, or a statistics reset: PostgreSQL lets a STABLE function call a volatile one)."""
     with server.connect() as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION public.calm() RETURNS int STABLE LANGUAGE sql AS "
+            "$$ SELECT length(public.note()) $$; "
+            "CREATE OR REPLACE FUNCTION public.calm_pl() RETURNS int STABLE LANGUAGE plpgsql "
+            "AS $$ BEGIN PERFORM pg_stat_reset(); RETURN 1; END $$; "
+            "CREATE OR REPLACE FUNCTION public.calm_exec() RETURNS int STABLE "
+            "LANGUAGE plpgsql AS $$ BEGIN EXECUTE 'SELECT ' || 'public.note()'; RETURN 1; "
+            "END $$"
+        )
         conn.execute(
             "DROP DOMAIN IF EXISTS public.noted; "
             "CREATE DOMAIN public.noted AS int CHECK (length(public.note()) > 0)"

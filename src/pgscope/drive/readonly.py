@@ -22,6 +22,7 @@ privileges are the ground (docs/existing-servers.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from pgscope.drive.statements import (
     Name,
     NotARead,
     Uses,
+    body_uses,
     defined_variables,
     read_uses,
     sql_uses,
@@ -257,12 +259,20 @@ _FUNCTION_COLUMNS = """
         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
           AND d.objid OPERATOR(pg_catalog.=) f.oid
           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-          AND d.deptype OPERATOR(pg_catalog.=) 'e' LIMIT 1)
+          AND d.deptype OPERATOR(pg_catalog.=) 'e' LIMIT 1),
+    l.lanname::pg_catalog.text,
+    CASE WHEN l.lanname OPERATOR(pg_catalog.=) ANY ('{sql,plpgsql}'::pg_catalog.name[])
+          AND f.prokind OPERATOR(pg_catalog.=) 'f'
+          AND fn.nspname OPERATOR(pg_catalog.<>) 'pg_catalog'::pg_catalog.name
+        THEN pg_catalog.pg_get_functiondef(f.oid) END
 """
+# The language of the function `f` (joined by every query that reads _FUNCTION_COLUMNS).
+_LANGUAGE = "JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) f.prolang"
 _FUNCTIONS = f"""
 SELECT f.proname, fn.nspname, f.pronargs, {_FUNCTION_COLUMNS}
 FROM pg_catalog.pg_proc f
 JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
+{_LANGUAGE}
 WHERE f.proname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
 """
 _OPERATORS = f"""
@@ -271,6 +281,7 @@ FROM pg_catalog.pg_operator o
 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) o.oprnamespace
 JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) o.oprcode
 JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
+{_LANGUAGE}
 WHERE o.oprname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
 """
 # A type's input function, and the functions of the casts to it.
@@ -287,6 +298,7 @@ CROSS JOIN LATERAL (
 ) AS x(fn)
 JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) x.fn
 JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
+{_LANGUAGE}
 WHERE t.typname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
 """
 # A relation: its kind, a view's query (not the server's own views) and its row security
@@ -330,6 +342,7 @@ SELECT 'cast', '', 0, {_FUNCTION_COLUMNS},
 FROM pg_catalog.pg_cast c
 JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) c.castfunc
 JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
+{_LANGUAGE}
 WHERE c.castcontext OPERATOR(pg_catalog.<>) 'e'
 """
 
@@ -370,12 +383,21 @@ def _implicit_cast(session: psycopg.Connection[Any], uses: list[Uses]) -> str | 
     if not uses:
         return None
     for row in session.execute(_IMPLICIT_CASTS).fetchall():
-        fschema, fname, signature, volatile, extension, cast = row[3:]
-        if volatile and not _harmless(fschema, fname, extension):
+        function, cast = Function(*row[3:-1]), row[-1]
+        why = function.unsafe()
+        if why is not None:
             return (
-                f"{uses[0].where}: the server's implicit cast from {cast} runs {signature}, "
-                f"a volatile function that could write, wherever a value is converted"
+                f"{uses[0].where}: the server's implicit cast from {cast} runs "
+                f"{function.signature}, {why}, wherever a value is converted"
             )
+        if function.definition is not None:
+            try:
+                body_uses(function.language, function.definition)
+            except NotARead as exc:
+                return (
+                    f"{uses[0].where}: the server's implicit cast from {cast} runs "
+                    f"{function.signature}, whose body {exc}"
+                )
     return None
 
 
@@ -389,23 +411,56 @@ def _first_unsafe(session: psycopg.Connection[Any], uses: list[Uses]) -> str | N
         if not pending:
             return None
         seen |= {(where, name) for where, _, name in pending}
-        why = _unsafe_calls(session, pending)
-        if why is not None:
-            return why
+        bodies = _unsafe_calls(session, pending)
+        if isinstance(bodies, str):
+            return bodies
         following = _read_relations(session, [p for p in pending if p[2].kind == "relation"])
         if isinstance(following, str):
             return following
         checks = _domain_checks(session, [p for p in pending if p[2].kind == "type"])
         if isinstance(checks, str):
             return checks
-        pending = following + checks
+        pending = bodies + following + checks
     where, through, name = pending[0]
-    return f"{where}: {through}reads {name.shown()} through views nested too deep to judge"
+    return f"{where}: {through}{name.shown()}: views or functions nested too deep to judge"
+
+
+@dataclass(frozen=True)
+class Function:
+    """A function the server would run, as _FUNCTION_COLUMNS reads it."""
+
+    schema: str
+    name: str
+    signature: str
+    volatile: bool
+    extension: str | None
+    language: str
+    definition: str | None  # SQL and PL/pgSQL outside pg_catalog: its body is read too
+
+    def unsafe(self) -> str | None:
+        """Why the server could not be trusted to keep this function from writing, or None."""
+        if self.volatile and not _harmless(self.schema, self.name, self.extension):
+            return "a volatile function that could write"
+        if self.schema != "pg_catalog" and self.language not in _JUDGED_LANGUAGES:
+            return (
+                f"a function in language {self.language}, which can run SQL (a volatile "
+                f"function's call too) that is not read here"
+            )
+        return None
+
+
+# Languages whose functions are judged: C and internal ones by their volatility (the server's
+# own, and an extension's, installed by a superuser); SQL and PL/pgSQL by their volatility
+# and their bodies, read here. Any other (PL/Perl, PL/Python ...) could run any SQL.
+_JUDGED_LANGUAGES = frozenset({"internal", "c", "sql", "plpgsql"})
 
 
 def _unsafe_calls(
     session: psycopg.Connection[Any], pending: list[tuple[str, str, Name]]
-) -> str | None:
+) -> list[tuple[str, str, Name]] | str:
+    """Why a function, operator or type in `pending` could write, or what the bodies of the
+    SQL and PL/pgSQL functions they run would run in turn (to be judged the same way)."""
+    inner: list[tuple[str, str, Name]] = []
     for kind, query, what in (
         ("function", _FUNCTIONS, "calls"),
         ("operator", _OPERATORS, "uses operator"),
@@ -416,19 +471,27 @@ def _unsafe_calls(
             continue
         rows = session.execute(query, [sorted({p[2].name for p in wanted})]).fetchall()
         for where, through, name in sorted(wanted, key=lambda p: (p[0], p[1], p[2].name)):
-            for found, schema, arguments, fschema, fname, signature, volatile, extension in rows:
+            for found, schema, arguments, *columns in rows:
                 if found != name.name or (name.schema is not None and schema != name.schema):
                     continue
                 if name.one_argument and arguments != 1:
                     continue
-                if volatile and not _harmless(fschema, fname, extension):
-                    runs = "" if kind == "function" else f", which runs {signature}"
-                    shown = signature if kind == "function" else name.shown()
-                    return (
-                        f"{where}: {through}{what} {shown}{runs}, a volatile function "
-                        f"that could write"
-                    )
-    return None
+                function = Function(*columns)
+                runs = "" if kind == "function" else f", which runs {function.signature}"
+                shown = function.signature if kind == "function" else name.shown()
+                said = f"{where}: {through}{what} {shown}{runs}"
+                why = function.unsafe()
+                if why is not None:
+                    return f"{said}, {why}"
+                if function.definition is None:
+                    continue
+                try:
+                    body = body_uses(function.language, function.definition)
+                except NotARead as exc:
+                    return f"{said}, whose body has {exc}"
+                context = f"{through}{what} {shown}{runs}, whose body "
+                inner += [(where, context, n) for n in body]
+    return inner
 
 
 def _harmless(schema: str, name: str, extension: str | None) -> bool:

@@ -20,10 +20,12 @@ parse, and is refused).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from pglast import ast, parse_sql
+from pglast import ast, parse_plpgsql, parse_sql
 from pglast.enums import TransactionStmtKind, VariableSetKind
 from pglast.parser import ParseError
 
@@ -157,7 +159,7 @@ def _judge(statement: ast.Node | None) -> None:
         raise NotARead(f"{_statement_name(kind)}, which is not a read")
 
 
-def _judge_query(statement: ast.Node | None) -> None:
+def _judge_query(statement: object) -> None:
     """A query reads when nothing in it writes, locks rows or makes a table."""
     for node in _nodes(statement):
         name = type(node).__name__
@@ -273,7 +275,7 @@ def _qualified(kind: str, parts: list[str], one_argument: bool = False) -> Name 
     return Name(kind, schema, parts[-1], one_argument)
 
 
-def uses_of(statement: ast.Node | None) -> set[Name]:
+def uses_of(statement: object) -> set[Name]:
     """Every function, operator, type and relation `statement` names."""
     found: set[Name | None] = {Name("operator", None, op) for op in IMPLICIT_OPERATORS}
     for node in _nodes(statement):
@@ -302,3 +304,75 @@ def uses_of(statement: ast.Node | None) -> set[Name]:
             for field in _strings(node.indirection):
                 found.add(Name("function", None, field, one_argument=True))
     return {name for name in found if name is not None}
+
+
+# PL/pgSQL statements that run SQL built at run time: what they run cannot be judged.
+_DYNAMIC_PLPGSQL = frozenset({"PLpgSQL_stmt_dynexecute", "PLpgSQL_stmt_dynfors"})
+# An assignment's target (`x :=`, `x.y[1] =`), before the expression PL/pgSQL evaluates.
+_ASSIGNED = re.compile(r"^[^:=]*?(?::=|=)(?P<value>.*)$", re.S)
+
+
+def body_uses(language: str, definition: str) -> set[Name]:
+    """What a function's body would run, from its definition (`pg_get_functiondef`), for the
+    languages whose bodies are read here: SQL (its statements, or its `BEGIN ATOMIC` / `RETURN`
+    body) and PL/pgSQL (every SQL statement and expression in it). NotARead when the body is
+    not only reads, runs SQL built at run time, or does not parse. A STABLE function that
+    calls a volatile one (`SELECT pg_stat_reset()`) is allowed by PostgreSQL: this is what
+    finds it."""
+    try:
+        if language == "plpgsql":
+            return _plpgsql_uses(parse_plpgsql(definition))
+        [raw] = parse_sql(definition)
+    except ParseError as exc:
+        raise NotARead(f"PostgreSQL's parser does not read its body ({exc})") from None
+    create = raw.stmt
+    if not isinstance(create, ast.CreateFunctionStmt):
+        raise NotARead("its definition is not a function's")
+    if create.sql_body is not None:
+        _judge_query(create.sql_body)
+        return uses_of(create.sql_body)
+    sources = [
+        text
+        for option in create.options or ()
+        if isinstance(option, ast.DefElem) and option.defname == "as"
+        for text in _strings(option.arg if isinstance(option.arg, tuple) else (option.arg,))
+    ]
+    return set().union(*(sql_uses(text) for text in sources))
+
+
+def _plpgsql_uses(tree: object) -> set[Name]:
+    names: set[Name] = set()
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if _DYNAMIC_PLPGSQL & item.keys() or "dynquery" in item:
+                raise NotARead("EXECUTE of a built string, which cannot be judged")
+            expression = item.get("PLpgSQL_expr")
+            if isinstance(expression, dict):
+                names |= _plpgsql_expression(expression)
+            stack.extend(item.values())
+    return names
+
+
+def _plpgsql_expression(expression: dict[str, Any]) -> set[Name]:
+    """What one PL/pgSQL expression or statement runs (by its parse mode: 0 a statement, 2 an
+    expression, 3 to 5 an assignment)."""
+    query = str(expression.get("query", ""))
+    mode = int(expression.get("parseMode", 0))
+    if mode >= 3:
+        assigned = _ASSIGNED.match(query)
+        if assigned is None:
+            raise NotARead(f"PL/pgSQL assignment {query!r} is not read here")
+        query = assigned["value"]
+    try:
+        statements = parse_sql(query if mode == 0 else f"SELECT {query}")
+    except ParseError as exc:
+        raise NotARead(f"PostgreSQL's parser does not read {query!r} ({exc})") from None
+    names: set[Name] = set()
+    for raw in statements:
+        _judge(raw.stmt)
+        names |= uses_of(raw.stmt)
+    return names
