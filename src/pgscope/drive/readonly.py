@@ -15,8 +15,12 @@ cannot be judged (a DO block, a function's body, EXECUTE of a built string, the 
 that run SQL given as text); a change of how the server reads the script's text
 (standard_conforming_strings, client_encoding); a shell command; and, under the simple
 protocol, a `:variable` a query set (`\\gset`), whose text pgbench pastes into the SQL.
-No reading of a script's text can see what a function it calls does: that is why the role's
-privileges are the ground (docs/existing-servers.md).
+And, on the server, `check_script_reads`: every statement must be a read by PostgreSQL's own
+parser (drive/statements.py), and every function it would run (called, behind an operator, a
+type, a view, a row security policy, a domain, or in the body of an SQL or PL/pgSQL function
+it runs), resolved on the server in every schema with the search path pinned, must be one
+PostgreSQL keeps from writing (STABLE or IMMUTABLE) or a reviewed harmless volatile built-in.
+The role's privileges stay the ground under all of it (docs/existing-servers.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,15 @@ INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER (and MAINTAIN, 17+) on any table, view
 materialised view, USAGE or UPDATE on a sequence, CREATE on a schema or the database,
 UPDATE on a large object (has_largeobject_privilege from 18, the ACL before); owning anything
 (an owner grants itself the rest); EXECUTE on a SECURITY DEFINER function (it runs as its
-owner) or on a server function PUBLIC may not call (pg_stat_reset(), lo_import() ...).
+owner); EXECUTE on a function of the server or of an extension that PUBLIC may not call by
+default (pg_stat_reset(), lo_import(), pg_stat_statements_reset() ...), granted to the role,
+a role it is a member of (pg_monitor too) or PUBLIC where PostgreSQL did not grant it (its
+own grants are in pg_init_privs); USAGE on a foreign server (dblink, postgres_fdw connect in
+a session of their own); SET or ALTER SYSTEM on a parameter (pg_parameter_acl, 15+).
+
+The question is asked so that the role cannot answer it (`pinned`): in a read-only
+transaction, with the search path pinned to pg_catalog and every function named there, so a
+role's own `search_path` cannot put its functions in place of has_table_privilege().
 
 Every role the session's role can become counts (`SET ROLE` is allowed in a read-only
 transaction), so each question is asked of each of them. Not counted, as every role has them
