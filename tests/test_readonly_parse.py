@@ -401,27 +401,36 @@ def test_the_refusal_of_a_writing_function_comes_first_for_a_pg_monitor_role(
     )
 
 
+@pytest.mark.parametrize(
+    ("volatility", "what"),
+    [
+        ("VOLATILE", "public.mood_text(public.mood), a volatile function that could write"),
+        ("STABLE", "public.mood_text(public.mood), whose body calls public.note(), a volatile"),
+    ],
+)
 def test_an_implicit_cast_over_a_writing_function_refuses_every_script(
-    server: EmbeddedCluster, tmp_path: Path
+    server: EmbeddedCluster, tmp_path: Path, volatility: str, what: str
 ) -> None:
     """The server applies an implicit cast where no script names it (a function's argument):
-    one whose function is volatile could write from any statement."""
+    one whose function could write, itself or in its body, could write from any statement."""
     script = tmp_path / "one.sql"
     script.write_text("SELECT 1;\n")
     with server.connect() as conn:
         conn.execute(
             "DROP TYPE IF EXISTS public.mood CASCADE; CREATE TYPE public.mood AS ENUM ('a'); "
-            "CREATE FUNCTION public.mood_text(public.mood) RETURNS text LANGUAGE sql "
-            "AS $$ SELECT public.note() $$; "
+            f"CREATE FUNCTION public.mood_text(public.mood) RETURNS text {volatility} "
+            "LANGUAGE sql AS $$ SELECT public.note() $$; "
             "CREATE CAST (public.mood AS text) WITH FUNCTION public.mood_text(public.mood) "
             "AS IMPLICIT"
         )
     try:
         with pytest.raises(RefusedError) as refused:
             check_script_reads(as_role(server, "mon"), [script])
-        assert "one.sql line 1: the server's implicit cast from public.mood to text runs " in str(
-            refused.value
+        message = str(refused.value)
+        assert "one.sql line 1: the server's implicit cast from public.mood to text runs " in (
+            message
         )
+        assert what in message, message
     finally:
         with server.connect() as conn:
             conn.execute("DROP TYPE public.mood CASCADE")

@@ -371,7 +371,8 @@ def check_script_reads(conn: ConnParams, scripts: Sequence[Path]) -> None:
             except NotARead as exc:
                 raise _not_read(f"{where}: {exc}") from None
     with guarded(conn).connect() as session, pinned(session):
-        why = _implicit_cast(session, uses) or _first_unsafe(session, uses)
+        casts = _implicit_casts(session, uses)
+        why = casts if isinstance(casts, str) else _first_unsafe(session, uses, casts)
     if why is not None:
         raise _not_read(why)
 
@@ -383,32 +384,38 @@ def _not_read(why: str) -> RefusedError:
     )
 
 
-def _implicit_cast(session: psycopg.Connection[Any], uses: list[Uses]) -> str | None:
+def _implicit_casts(
+    session: psycopg.Connection[Any], uses: list[Uses]
+) -> list[tuple[str, str, Name]] | str:
+    """Why an implicit cast could write, or what its functions' bodies run (judged with the
+    script's own, at its first statement)."""
     if not uses:
-        return None
+        return []
+    inner: list[tuple[str, str, Name]] = []
     for row in session.execute(_IMPLICIT_CASTS).fetchall():
         function, cast = Function(*row[3:-1]), row[-1]
+        said = f"{uses[0].where}: the server's implicit cast from {cast} runs {function.signature}"
         why = function.unsafe()
         if why is not None:
-            return (
-                f"{uses[0].where}: the server's implicit cast from {cast} runs "
-                f"{function.signature}, {why}, wherever a value is converted"
-            )
+            return f"{said}, {why}, wherever a value is converted"
         if function.definition is not None:
             try:
-                body_uses(function.language, function.definition)
+                body = body_uses(function.language, function.definition)
             except NotARead as exc:
-                return (
-                    f"{uses[0].where}: the server's implicit cast from {cast} runs "
-                    f"{function.signature}, whose body {exc}"
-                )
-    return None
+                return f"{said}, whose body has {exc}"
+            inner += [
+                (uses[0].where, f"{said[len(uses[0].where) + 2 :]}, whose body ", n) for n in body
+            ]
+    return inner
 
 
-def _first_unsafe(session: psycopg.Connection[Any], uses: list[Uses]) -> str | None:
-    """The first thing in `uses` that could write, in words (`s.sql line 1: calls ...`), or
-    None. Views' queries and policies are followed, as what reading them runs."""
-    pending = [(use.where, "", name) for use in uses for name in use.names]
+def _first_unsafe(
+    session: psycopg.Connection[Any], uses: list[Uses], more: list[tuple[str, str, Name]]
+) -> str | None:
+    """The first thing in `uses` (and `more`, found elsewhere) that could write, in words
+    (`s.sql line 1: calls ...`), or None. Views' queries, policies, domains' checks and
+    functions' bodies are followed, as what running them runs."""
+    pending = [(use.where, "", name) for use in uses for name in use.names] + more
     seen: set[tuple[str, Name]] = set()
     for _ in range(_MAX_DEPTH):
         pending = [p for p in pending if (p[0], p[2]) not in seen]
