@@ -29,6 +29,7 @@ from pydantic import (
 
 from pgscope.errors import EnvironmentProblem, InputFileError, SpecError
 from pgscope.labels import split_weight, workload_label
+from pgscope.words import n_clients
 
 
 def safe_name(name: str) -> str:
@@ -897,7 +898,7 @@ _NUMBER = r"\d+(?:\.\d+)?"
 MAX_RATE_TPS = 1_000_000.0 * MAX_CLIENTS
 _TOO_FAST = (
     "rate {rate} is beyond what pgbench can offer: it schedules in whole microseconds, a "
-    f"million tps per client at most ({MAX_RATE_TPS:,.0f} tps with {MAX_CLIENTS:,} clients)"
+    f"million tps per client at most ({MAX_RATE_TPS:,.0f} tps with {n_clients(MAX_CLIENTS)})"
 )
 _RATE_PART = re.compile(rf"(?P<lo>{_NUMBER}%?)(?:-(?P<hi>{_NUMBER}%?))?(?:/(?P<step>{_NUMBER}%?))?")
 
