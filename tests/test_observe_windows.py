@@ -43,14 +43,15 @@ def observation_store(
     db = store.db
     pile_from, pile_to = (PILE_UP - 1) * WINDOW_S * HZ, PILE_UP * WINDOW_S * HZ
     planted = "TRUE" if pile_up else "FALSE"
-    # Outside the pile-up: on CPU 3 samples in 5, else reading from the client (no lock wait).
+    # Outside the pile-up: on CPU 3 samples in 5, else in the application's pg_sleep (no lock
+    # wait; a session reading from its client would be idle, not active).
     db.execute(
         f"""
         INSERT INTO activity_samples
         SELECT {T0} + (s * 1000000 // {HZ})::BIGINT, s + 1, 1000 + p, 'client backend',
                'active',
-               CASE WHEN pile THEN 'Lock' WHEN r < 3 THEN NULL ELSE 'Client' END,
-               CASE WHEN pile THEN 'advisory' WHEN r < 3 THEN NULL ELSE 'ClientRead' END,
+               CASE WHEN pile THEN 'Lock' WHEN r < 3 THEN NULL ELSE 'Timeout' END,
+               CASE WHEN pile THEN 'advisory' WHEN r < 3 THEN NULL ELSE 'PgSleep' END,
                7000, 'app', 'app', 'app', NULL
         FROM (SELECT s, p, (hash(s * 10 + p) % 5)::INTEGER AS r,
                      {planted} AND s >= {pile_from} AND s < {pile_to} AND p > 0 AS pile
