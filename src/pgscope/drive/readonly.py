@@ -337,17 +337,33 @@ JOIN pg_catalog.pg_namespace bn ON bn.oid OPERATOR(pg_catalog.=) b.typnamespace
 WHERE t.typtype OPERATOR(pg_catalog.=) 'd'
   AND t.typname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
 """
-# Casts the server applies without being asked (to a function's argument type, say): one
-# whose function is volatile could run anywhere, so any such cast refuses every script.
-_IMPLICIT_CASTS = f"""
-SELECT 'cast', '', 0, {_FUNCTION_COLUMNS},
-    c.castsource::pg_catalog.regtype::pg_catalog.text OPERATOR(pg_catalog.||) ' to '
+# Functions the server runs without a script naming them, wherever a value is converted,
+# sorted, hashed, compared or sent: implicit casts, operator classes' support functions, types'
+# output functions. One that could write could write from any statement, so it refuses every
+# script. (PostgreSQL's own are all STABLE or IMMUTABLE: only the volatile ones, and the ones
+# outside pg_catalog, are read.)
+_UNASKED = f"""
+SELECT 'unasked', '', 0, {_FUNCTION_COLUMNS}, u.what
+FROM (
+    SELECT c.castfunc, 'the server''s implicit cast from '
+        OPERATOR(pg_catalog.||) c.castsource::pg_catalog.regtype::pg_catalog.text
+        OPERATOR(pg_catalog.||) ' to '
         OPERATOR(pg_catalog.||) c.casttarget::pg_catalog.regtype::pg_catalog.text
-FROM pg_catalog.pg_cast c
-JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) c.castfunc
+    FROM pg_catalog.pg_cast c WHERE c.castcontext OPERATOR(pg_catalog.<>) 'e'
+    UNION ALL
+    SELECT p.amproc::pg_catalog.oid, 'the support function of operator family '
+        OPERATOR(pg_catalog.||) p.amprocfamily::pg_catalog.text
+    FROM pg_catalog.pg_amproc p
+    UNION ALL
+    SELECT t.typoutput::pg_catalog.oid, 'the output function of type '
+        OPERATOR(pg_catalog.||) t.oid::pg_catalog.regtype::pg_catalog.text
+    FROM pg_catalog.pg_type t
+) AS u(fn, what)
+JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) u.fn
 JOIN pg_catalog.pg_namespace fn ON fn.oid OPERATOR(pg_catalog.=) f.pronamespace
 {_LANGUAGE}
-WHERE c.castcontext OPERATOR(pg_catalog.<>) 'e'
+WHERE f.provolatile OPERATOR(pg_catalog.=) 'v'
+   OR fn.nspname OPERATOR(pg_catalog.<>) 'pg_catalog'::pg_catalog.name
 """
 
 
@@ -371,7 +387,7 @@ def check_script_reads(conn: ConnParams, scripts: Sequence[Path]) -> None:
             except NotARead as exc:
                 raise _not_read(f"{where}: {exc}") from None
     with guarded(conn).connect() as session, pinned(session):
-        casts = _implicit_casts(session, uses)
+        casts = _unasked(session, uses)
         why = casts if isinstance(casts, str) else _first_unsafe(session, uses, casts)
     if why is not None:
         raise _not_read(why)
@@ -384,20 +400,20 @@ def _not_read(why: str) -> RefusedError:
     )
 
 
-def _implicit_casts(
+def _unasked(
     session: psycopg.Connection[Any], uses: list[Uses]
 ) -> list[tuple[str, str, Name]] | str:
-    """Why an implicit cast could write, or what its functions' bodies run (judged with the
-    script's own, at its first statement)."""
+    """Why a function the server runs unasked (_UNASKED) could write, or what the bodies of
+    those outside pg_catalog run (judged with the script's own, at its first statement)."""
     if not uses:
         return []
     inner: list[tuple[str, str, Name]] = []
-    for row in session.execute(_IMPLICIT_CASTS).fetchall():
-        function, cast = Function(*row[3:-1]), row[-1]
-        said = f"{uses[0].where}: the server's implicit cast from {cast} runs {function.signature}"
+    for row in session.execute(_UNASKED).fetchall():
+        function, what = Function(*row[3:-1]), row[-1]
+        said = f"{uses[0].where}: {what} runs {function.signature}"
         why = function.unsafe()
         if why is not None:
-            return f"{said}, {why}, wherever a value is converted"
+            return f"{said}, {why}, wherever the server applies it"
         if function.definition is not None:
             try:
                 body = body_uses(function.language, function.definition)
