@@ -67,3 +67,25 @@ def test_planning_and_jit_parts_keep_the_servers_proportions(case: str, tmp_path
                     )
                     checked += 1
     assert checked, "no statement's planning or JIT was split"
+
+
+def test_a_session_waiting_for_its_client_is_not_active_time(tmp_path: Path) -> None:
+    """The CPU-saturation recording's samples hold 'active' sessions in ClientRead (a state
+    read before the wait): no account counts them, and its time is the server's CPU."""
+    run_dir = _unpacked("cpu-saturation", tmp_path)
+    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        [(torn,)] = db.execute(
+            "SELECT count(*) FROM activity_samples WHERE state = 'active' "
+            "AND wait_event = 'ClientRead' AND backend_type = 'client backend'"
+        ).fetchall()
+    finally:
+        db.close()
+    assert torn > 100, "the recording holds the tear this test is about"
+    accounts = [a for a in load_analysis(run_dir, bootstrap=0).accounts if a.samples]
+    assert accounts
+    for account in accounts:
+        events = {e.name for c in account.root.children for e in c.children}
+        assert "Client:ClientRead" not in events, (account.clients, events)
+        cpu = next(c for c in account.root.children if c.name == "CPU")
+        assert cpu.share > 0.9, (account.clients, cpu.share)
