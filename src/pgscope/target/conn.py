@@ -10,11 +10,11 @@ their own (drive/loaduser.py).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgscope.errors import TargetError, UsageError
@@ -144,14 +144,38 @@ def _parse_problem(message: str) -> str:
     return "libpq cannot parse it"
 
 
+# What pgscope's own sessions set so that their statements are not counted as the workload's.
+_UNTRACKED = {
+    "pg_stat_statements.track": "none",
+    "auto_explain.sample_rate": "0",
+    "track_functions": "none",
+}
+# The settings of _UNTRACKED this session may set, asked before any is set: a SET the role may
+# not make is an ERROR in the server's log (30 a minute observing as pg_monitor), which the
+# server log collector would then count among the workload's failures.
+_SETTABLE = (
+    "SELECT name FROM pg_catalog.pg_settings WHERE name = ANY(%s) AND (context = 'user' "
+    "OR (context = 'superuser' AND pg_catalog.current_setting('is_superuser')::bool))"
+)
+# PostgreSQL 15 grants SET on a superuser's parameter to other roles.
+_SETTABLE_15 = (
+    "SELECT name FROM pg_catalog.pg_settings WHERE name = ANY(%s) AND (context = 'user' "
+    "OR (context = 'superuser' AND (pg_catalog.current_setting('is_superuser')::bool "
+    "OR pg_catalog.has_parameter_privilege(name, 'SET'))))"
+)
+
+
 def _untracked(session: psycopg.Connection[Any]) -> None:
     """pgscope's own statements stay out of pg_stat_statements, out of the plans auto_explain
     samples and out of the functions' counts, where the session may say so (a superuser's,
-    as on an embedded cluster): they are not the workload's."""
-    # On a user's server, as an unprivileged role, it may not: its statements are counted.
-    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-        session.execute("SET pg_stat_statements.track = 'none'")
-    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-        session.execute("SET auto_explain.sample_rate = 0")
-    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-        session.execute("SET track_functions = 'none'")
+    as on an embedded cluster, or a role granted SET on them): they are not the workload's.
+    On a user's server, as an unprivileged role, it may not: its statements are counted."""
+    query = _SETTABLE_15 if session.info.server_version >= 150000 else _SETTABLE
+    settable = session.execute(query, [list(_UNTRACKED)]).fetchall()
+    for (name,) in settable:
+        session.execute(
+            sql.SQL("SET {} = {}").format(
+                sql.SQL(".").join(sql.Identifier(part) for part in name.split(".")),
+                sql.Literal(_UNTRACKED[name]),
+            )
+        )
