@@ -19,6 +19,7 @@ from pgscope.analyze.load import load_analysis
 from pgscope.analyze.model import RunAnalysis, from_document, to_document
 from pgscope.duck import connect
 from pgscope.render.console import print_summary
+from pgscope.render.html import report_html
 from pgscope.render.waits import live_view
 from pgscope.store import RunStore
 from pgscope.windows import VARIANT, close_windows
@@ -278,3 +279,13 @@ def test_a_killed_observation_is_read_from_the_windows_it_closed(tmp_path: Path)
     assert not analysis.diagnosis.verdict.startswith("Nothing to diagnose")
     assert analysis.diagnosis.worst_window is not None
     assert analysis.diagnosis.worst_window.findings[0].id == "object-lock-queue"
+
+
+def test_an_observations_report_names_observes_own_flags(
+    analyses: dict[bool, RunAnalysis],
+) -> None:
+    """A section left empty says how observe would fill it (--trace, --profile), never
+    `run`'s --collectors, which observe does not have."""
+    page = report_html(analyses[True])
+    assert "observe with --trace" in page and "observe with --profile" in page
+    assert "--collectors" not in page

@@ -52,10 +52,19 @@ def _host_rows(host: dict[str, Any]) -> dict[str, Any]:
     return rows
 
 
+# The collectors `observe` runs on request, and its flag for each.
+OBSERVE_FLAGS = {"usdt": "--trace", "perf": "--profile"}
+
+
 def _missing(analysis: RunAnalysis, name: str, purpose: str) -> str:
     """Why collector `name` gave nothing, from the run's own record."""
     row = next((c for c in analysis.environment.collectors if c["name"] == name), None)
     if row is None:
+        if analysis.observation is not None:
+            # observe chooses its collectors by these flags, not by --collectors.
+            flag = OBSERVE_FLAGS.get(name)
+            how = f"observe with {flag}" if flag else "observe does not run it"
+            return f"The {name} collector did not run in this observation ({purpose}): {how}."
         return (
             f"The {name} collector was not selected for this run ({purpose}); add it with "
             f"--collectors or a [collectors] table."
