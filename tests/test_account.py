@@ -181,7 +181,7 @@ WAIT_MECHANISMS = {
     "IO:SLRURead": "slru-io",
     "IPC:BgWorkerStartup": "parallel-query-overhead",
     "IPC:CheckpointDone": "checkpoint-requests",
-    "Timeout:SpinDelay": "spin-delay",
+    "Timeout:SpinDelay": "spinlock-contention",
     "CPU": None,
 }
 

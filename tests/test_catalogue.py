@@ -19,36 +19,48 @@ from pgscope.analyze.facts.waits import WAIT_GROUPS
 from pgscope.analyze.load import load_analysis
 
 RUNS = Path(__file__).parent / "data" / "runs"
-FILES = ("rules.toml", "mechanisms.toml")
 
 
-def _texts() -> dict[str, str]:
-    here = resources.files("pgscope.analyze")
-    return {name: here.joinpath(name).read_text() for name in FILES}
+def _text() -> str:
+    return resources.files("pgscope.analyze").joinpath("causes.toml").read_text()
 
 
-def _broken(old: str, new: str) -> dict[str, str]:
+def _broken(old: str, new: str) -> str:
     """The bundled catalogue with `old` (found once in it) written `new`."""
-    texts = _texts()
-    found = [name for name, text in texts.items() if old in text]
-    assert len(found) == 1 and texts[found[0]].count(old) == 1, (old, found)
-    texts[found[0]] = texts[found[0]].replace(old, new)
-    return texts
+    text = _text()
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
 
 
 def _fails(old: str, new: str, *said: str) -> None:
-    texts = _broken(old, new)
     with pytest.raises(CatalogueError) as raised:
-        catalogue.parse(texts["rules.toml"], texts["mechanisms.toml"])
+        catalogue.parse(_broken(old, new))
     for words in said:
         assert words in str(raised.value), (words, str(raised.value))
 
 
 def test_the_bundled_catalogue_loads_clean() -> None:
-    texts = _texts()
-    found = catalogue.parse(texts["rules.toml"], texts["mechanisms.toml"])
+    found = catalogue.parse(_text())
     assert len(found.rules) >= 30 and len(found.mechanisms) >= 50
     assert found == catalogue.bundled()
+
+
+def test_one_cause_one_id_and_twins_are_one_cause() -> None:
+    """A cause facts and paths both trigger is declared once: its path's finding joins its
+    facts' (the mechanism's `rule` is its own id)."""
+    found = catalogue.bundled()
+    facts = {r.id for r in found.rules}
+    both = [m for m in found.mechanisms if m.rule is not None]
+    assert all(m.rule == m.id and m.id in facts for m in both)
+    assert {m.id for m in both} >= {"commit-flush", "seq-scan", "spinlock-contention"}
+    rule = next(r for r in found.rules if r.id == "commit-flush")
+    path = next(m for m in found.mechanisms if m.id == "commit-flush")
+    assert (rule.title, rule.refute) == (path.title, path.refute)
+    _fails(
+        'id = "sleep"',
+        'id = "commit-flush"',
+        "cause commit-flush: declared twice",
+    )
 
 
 def test_a_fact_declared_nowhere_fails_with_the_cause_and_the_name() -> None:
@@ -156,10 +168,18 @@ def test_a_cause_superseded_or_joined_must_exist() -> None:
         'supersedes = ["lwlock-hotspot:LockManagr"]',
         "cause lock-manager: supersedes lwlock-hotspot:LockManagr: LockManagr is no member",
     )
+
+
+def test_a_key_that_means_nothing_is_said() -> None:
     _fails(
-        'rule = "spinlock-contention"',
-        'rule = "spinlock-contentions"',
-        "cause spin-delay: rule spinlock-contentions",
+        'when = [["event", "==", "Timeout:PgSleep"]]',
+        'wehn = [["event", "==", "Timeout:PgSleep"]]',
+        "cause sleep: [paths] key wehn means nothing",
+    )
+    _fails(
+        'id = "sleep"',
+        'id = "sleep"\nsymptom = true',
+        "cause sleep: symptom is read only with a facts trigger",
     )
 
 
@@ -172,12 +192,11 @@ def test_an_advice_tables_key_is_checked() -> None:
 
 
 def test_every_problem_is_said_at_once() -> None:
-    texts = _broken('score = ["wait.syncrep"]', 'score = ["wait.sycnrep"]')
-    texts["mechanisms.toml"] = texts["mechanisms.toml"].replace(
+    text = _broken('score = ["wait.syncrep"]', 'score = ["wait.sycnrep"]').replace(
         '[["event", "==", "Timeout:PgSleep"]]', '[["event", "==", "Timeout:PgSlep"]]'
     )
     with pytest.raises(CatalogueError, match=r"cause syncrep-waits: .*; .*cause sleep: "):
-        catalogue.parse(texts["rules.toml"], texts["mechanisms.toml"])
+        catalogue.parse(text)
 
 
 def test_the_ops_checked_are_the_ops_applied() -> None:

@@ -14,13 +14,13 @@ from pgscope.analyze.facts import kind
 from pgscope.analyze.model import FactKind
 
 FACTS = Path(__file__).parent / "data" / "facts"
-RULES = Path(__file__).parent.parent / "src" / "pgscope" / "analyze" / "rules.toml"
+RULES = Path(__file__).parent.parent / "src" / "pgscope" / "analyze" / "causes.toml"
 
 
 def test_a_rule_naming_an_undeclared_fact_fails_with_its_id_and_the_name(tmp_path: Path) -> None:
     text = RULES.read_text().replace('score = ["wait.syncrep"]', 'score = ["wait.sycnrep"]', 1)
     assert "wait.sycnrep" in text
-    broken = tmp_path / "rules.toml"
+    broken = tmp_path / "causes.toml"
     broken.write_text(text)
     with pytest.raises(
         ValueError, match=r"cause syncrep-waits: fact wait\.sycnrep is declared by no"
@@ -30,7 +30,7 @@ def test_a_rule_naming_an_undeclared_fact_fails_with_its_id_and_the_name(tmp_pat
 
 def test_a_fact_quoted_in_advice_is_checked_too(tmp_path: Path) -> None:
     text = RULES.read_text().replace("{wal.fpi_byte_share}", "{wal.fpi_bytes_share}", 1)
-    broken = tmp_path / "rules.toml"
+    broken = tmp_path / "causes.toml"
     broken.write_text(text)
     with pytest.raises(ValueError, match=r"cause wal-volume: fact wal\.fpi_bytes_share"):
         load_rules(broken)

@@ -1,4 +1,5 @@
-"""The catalogue of causes: what the diagnosis can name, loaded once and checked as it loads.
+"""The catalogue of causes (causes.toml): what the diagnosis can name, each cause declared
+once (its id, title, refutation and advice), loaded once and checked as it loads.
 
 A cause is triggered by facts (a rule: the facts it scores and requires, analyze/diagnose.py
 judges them), by the account's heavy paths (a mechanism: the nodes it interprets,
@@ -137,36 +138,118 @@ ADVICE_TABLES: dict[str, Callable[[], frozenset[str]] | None] = {
 }
 
 
-def parse(rules_text: str, mechanisms_text: str) -> Catalogue:
-    """The catalogue from its declarations, checked."""
-    rule_data = tomllib.loads(rules_text)
-    mechanism_data = tomllib.loads(mechanisms_text)
-    rules = tuple(Rule(**rule) for rule in rule_data["rules"])
-    mechanisms = []
-    for entry in mechanism_data["mechanisms"]:
-        entry = dict(entry)
-        kinds = entry.pop("node")
-        mechanisms.append(
-            Mechanism(node=[kinds] if isinstance(kinds, str) else list(kinds), **entry)
-        )
-    advice_tables = {t: rule_data.get(t, {}) for t in ADVICE_TABLES}
+# The keys a cause, its facts trigger and its paths trigger take.
+CAUSE_KEYS = frozenset(
+    {
+        "id",
+        "title",
+        "refute",
+        "refute_observed",
+        "recommendations",
+        "supersedes",
+        "symptom",
+        "lost_work",
+        "facts",
+        "paths",
+    }
+)
+FACTS_KEYS = frozenset(
+    {
+        "scope",
+        "score",
+        "require",
+        "weaken",
+        "unless",
+        "medium",
+        "high",
+        "evidence",
+        "name_from",
+        "quote_from",
+    }
+)
+PATHS_KEYS = frozenset({"node", "when", "group", "title", "refute", "recommendations"})
+# What only a facts trigger's finding reads.
+FACTS_ONLY = ("refute_observed", "symptom", "lost_work")
+
+
+def parse(text: str) -> Catalogue:
+    """The catalogue from its declaration (causes.toml's text), checked."""
+    data = tomllib.loads(text)
+    rules: list[Rule] = []
+    mechanisms: list[Mechanism] = []
+    problems: list[str] = []
+    ids = [str(entry.get("id", "?")) for entry in data.get("causes", [])]
+    problems += [f"cause {i}: declared twice" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    for entry in data.get("causes", []):
+        cause = str(entry.get("id", "?"))
+        facts, paths = entry.get("facts"), entry.get("paths")
+        problems += [
+            f"cause {cause}: {where}key {key} means nothing"
+            for where, keys, known in (
+                ("", entry, CAUSE_KEYS),
+                ("[facts] ", facts or {}, FACTS_KEYS),
+                ("[paths] ", paths or {}, PATHS_KEYS),
+            )
+            for key in keys
+            if key not in known
+        ]
+        if facts is None and paths is None:
+            problems.append(f"cause {cause}: no facts or paths trigger it")
+        if facts is None:
+            problems += [
+                f"cause {cause}: {key} is read only with a facts trigger"
+                for key in FACTS_ONLY
+                if key in entry
+            ]
+        try:
+            if facts is not None:
+                rules.append(_rule(entry, facts))
+            if paths is not None:
+                mechanisms.append(_mechanism(entry, paths, facts is not None))
+        except (KeyError, TypeError) as e:
+            problems.append(f"cause {cause}: {type(e).__name__} {e}")
+    if problems:
+        raise CatalogueError("the catalogue of causes is malformed: " + "; ".join(problems))
+    advice_tables = {t: data.get(t, {}) for t in ADVICE_TABLES}
     found = Catalogue(
-        rules,
+        tuple(rules),
         tuple(mechanisms),
         {k: list(v) for table in advice_tables.values() for k, v in table.items()},
-        dict(mechanism_data.get("node_advice", {})),
+        dict(data.get("node_advice", {})),
     )
     check(found, advice_tables)
     return found
 
 
+def _rule(cause: dict[str, Any], facts: dict[str, Any]) -> Rule:
+    """A cause's facts trigger."""
+    own = {k: cause[k] for k in ("id", "title", "refute", "recommendations") if k in cause}
+    shared = {k: cause[k] for k in (*FACTS_ONLY, "supersedes") if k in cause}
+    fields = {k: v for k, v in facts.items() if k in FACTS_KEYS}
+    return Rule(**own, **shared, **fields)
+
+
+def _mechanism(cause: dict[str, Any], paths: dict[str, Any], with_facts: bool) -> Mechanism:
+    """A cause's paths trigger: what its path's finding says is the cause's, unless it says
+    otherwise."""
+    kinds = paths["node"]
+    return Mechanism(
+        id=cause["id"],
+        node=[kinds] if isinstance(kinds, str) else list(kinds),
+        title=paths.get("title", cause["title"]),
+        refute=paths.get("refute", cause["refute"]),
+        recommendations=list(paths.get("recommendations", cause["recommendations"])),
+        when=list(paths.get("when", [])),
+        supersedes=list(cause.get("supersedes", [])),
+        rule=cause["id"] if with_facts else None,
+        group=paths.get("group"),
+    )
+
+
 @cache
 def bundled() -> Catalogue:
     """The catalogue pgscope ships."""
-    here = resources.files("pgscope.analyze")
-    return parse(
-        here.joinpath("rules.toml").read_text(), here.joinpath("mechanisms.toml").read_text()
-    )
+    return parse(resources.files("pgscope.analyze").joinpath("causes.toml").read_text())
 
 
 def check(catalogue: Catalogue, advice_tables: dict[str, dict[str, Any]] | None = None) -> None:
@@ -196,7 +279,7 @@ def _duplicates(catalogue: Catalogue) -> Iterator[str]:
         ("paths trigger", [m.id for m in catalogue.mechanisms]),
     ):
         for twice in sorted({i for i in ids if ids.count(i) > 1}):
-            yield f"cause {twice}: declared with a {what} twice"
+            yield f"cause {twice}: declared twice ({what})"
 
 
 def named_facts(rule: Rule) -> list[str]:
@@ -320,8 +403,8 @@ def _placeholders(texts: list[str]) -> list[str]:
 def _supersedes_problems(catalogue: Catalogue) -> Iterator[str]:
     rules = {r.id: r for r in catalogue.rules}
     members = _set_members()
-    causes: list[Rule | Mechanism] = [*catalogue.rules, *catalogue.mechanisms]
-    for cause in causes:
+    both: list[Rule | Mechanism] = [*catalogue.mechanisms, *catalogue.rules]
+    for cause in {c.id: c for c in both}.values():
         for target in cause.supersedes:
             other_id, colon, name = target.partition(":")
             other = rules.get(other_id)

@@ -1,10 +1,11 @@
-"""The diagnosis: facts and the account of active time -> ranked findings. The rules in
-rules.toml judge facts; the heavy paths of the account (analyze/paths.py) are findings too,
-interpreted by mechanisms.toml, and a path a rule's mechanism interprets joins that rule's
-finding (its title then names the statement, node, relation or holder, and its share is the
-path's). Each finding carries its confidence, the facts behind it (with their collector),
-what would refute it, and what to try. Weak or contradictory evidence is said as such, and
-so is what the account could not follow.
+"""The diagnosis: facts and the account of active time -> ranked findings. The causes of the
+catalogue (causes.toml, analyze/catalogue.py) that facts trigger (rules) judge each cell's
+facts; the heavy paths of the account (analyze/paths.py) are findings too, interpreted by the
+causes paths trigger (mechanisms), and a path a cause with both triggers interprets joins the
+finding its facts make (its title then names the statement, node, relation or holder, and its
+share is the path's). Each finding carries its confidence, the facts behind it (with their
+collector), what would refute it, and what to try. Weak or contradictory evidence is said as
+such, and so is what the account could not follow.
 
 Ranking, in a run with variants: findings specific to some variants (or about the variants
 against each other) before those every variant shares, since in a comparison the shared ones
@@ -25,7 +26,6 @@ import dataclasses
 import operator
 import re
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +85,9 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 
 def load_rules(path: Path | None = None) -> tuple[list[Rule], Advice]:
     """The causes facts trigger, and the advice per name their titles take, from the
-    catalogue (checked as it loads: analyze/catalogue.py); `path`: a rules file of one's own
-    in its place."""
-    found = (
-        catalogue.bundled()
-        if path is None
-        else catalogue.parse(
-            path.read_text(),
-            resources.files("pgscope.analyze").joinpath("mechanisms.toml").read_text(),
-        )
-    )
+    catalogue (causes.toml, checked as it loads: analyze/catalogue.py); `path`: a catalogue
+    of one's own in its place."""
+    found = catalogue.bundled() if path is None else catalogue.parse(path.read_text())
     return list(found.rules), dict(found.advice)
 
 
