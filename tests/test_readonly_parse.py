@@ -344,8 +344,19 @@ def test_the_privilege_check_finds_every_way_the_red_team_wrote(server: Embedded
 def test_a_role_that_only_reads_passes_the_completed_privilege_check(
     server: EmbeddedCluster,
 ) -> None:
-    """pg_monitor's own grants (pg_ls_waldir() ...) are PostgreSQL's: not counted."""
+    """pg_monitor's own grants (pg_ls_waldir() ...) are PostgreSQL's: not counted; nor is a
+    grant of a function that only reads, as a DBA gives to read the server's log (issue 41:
+    a granted pg_current_logfile() made `run --dsn` refuse the role)."""
     assert privilege_of(server, "mon") is None
+    try:
+        with server.connect() as conn:
+            conn.execute("GRANT EXECUTE ON FUNCTION pg_current_logfile() TO mon")
+            conn.execute("GRANT EXECUTE ON FUNCTION pg_current_logfile(text) TO mon")
+        assert privilege_of(server, "mon") is None
+    finally:
+        with server.connect() as conn:
+            conn.execute("REVOKE EXECUTE ON FUNCTION pg_current_logfile() FROM mon")
+            conn.execute("REVOKE EXECUTE ON FUNCTION pg_current_logfile(text) FROM mon")
 
 
 SHADOWS = {

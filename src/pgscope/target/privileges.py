@@ -50,6 +50,21 @@ POWERFUL_ROLES: dict[str, tuple[int, str]] = {
     "pg_checkpoint": (150000, "forces checkpoints"),
     "pg_maintain": (170000, "vacuums, analyses, refreshes and locks every table"),
 }
+# Server functions PUBLIC may not call by default that only read (the server's log and
+# directories, its files' status): a role granted them, to read the server's log, writes
+# nothing with them. pg_read_file() and its kin read any file the server can read: a grant of
+# them is the DBA's own choice of what the role may read, not a way to write.
+READING_FUNCTIONS = (
+    "pg_current_logfile",
+    "pg_ls_logdir",
+    "pg_ls_waldir",
+    "pg_ls_tmpdir",
+    "pg_ls_archive_statusdir",
+    "pg_ls_dir",
+    "pg_stat_file",
+    "pg_read_file",
+    "pg_read_binary_file",
+)
 ATTRIBUTES = (
     ("rolcreatedb", "CREATEDB"),
     ("rolcreaterole", "CREATEROLE"),
@@ -103,6 +118,7 @@ def _write_privileges_sql(version_num: int) -> str:
             "WHERE a.privilege_type = 'UPDATE' "
             "AND (a.grantee = 0 OR a.grantee IN (SELECT oid FROM me))"
         )
+    reading = ", ".join(f"'{name}'" for name in READING_FUNCTIONS)
     parameters = (
         """    UNION ALL
     SELECT 7, 3, 'may ' || x.privilege_type || ' parameter ' || a.parname,
@@ -186,6 +202,7 @@ found (rank, ord, what, via) AS (
     WHERE a.privilege_type = 'EXECUTE'
       AND (a.grantee = 0 OR a.grantee IN (SELECT oid FROM me))
       AND (p.pronamespace = 'pg_catalog'::regnamespace OR i.objoid IS NOT NULL)
+      AND NOT (p.pronamespace = 'pg_catalog'::regnamespace AND p.proname IN ({reading}))
       AND NOT EXISTS (
           SELECT FROM aclexplode(coalesce(i.initprivs, acldefault('f', p.proowner))) d
           WHERE d.grantee = a.grantee AND d.privilege_type = 'EXECUTE')
