@@ -12,7 +12,9 @@ over its place: a rename replaces a link, never what it points to.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import pwd
 import shutil
 import stat
 import tempfile
@@ -105,9 +107,12 @@ def open_beneath(trusted: Path, path: Path, flags: int, mode: int = 0o666) -> in
     data directory, the server's): no link on the way is followed, so that account cannot
     point root at a file of root's by putting a link, or swapping a folder for one, anywhere
     in the path."""
+    relative = path.relative_to(trusted)
+    if ".." in relative.parts or not relative.parts:
+        raise OSError(f"{path}: not a file beneath {trusted}")  # `..` would climb out of it
     folder = os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        *parts, name = path.relative_to(trusted).parts
+        *parts, name = relative.parts
         for part in parts:
             inner = os.open(
                 part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder
@@ -117,6 +122,102 @@ def open_beneath(trusted: Path, path: Path, flags: int, mode: int = 0o666) -> in
         return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
     finally:
         os.close(folder)
+
+
+class NotReadable(OSError):
+    """A file pgscope will not read where another account put it, and why (a phrase:
+    "a symbolic link, not followed")."""
+
+
+def account_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link, not followed"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_owned(
+    path: Path,
+    owners: tuple[int, ...],
+    *,
+    beneath: Path | None = None,
+    follow: bool = False,
+) -> int:
+    """A descriptor to read `path` (a file another account controls: a data directory's
+    `postmaster.pid`, a server's log), or NotReadable saying why not. It must be a regular
+    file whose owner is one of `owners`. Nothing else is ever opened: the name is first taken
+    with O_PATH, which opens nothing (a FIFO would block the reader, a device's open can act,
+    /dev/watchdog's arms it); only a regular file of those owners is then opened, through
+    that very handle (/proc/self/fd), so no swap in between can change what is read.
+    `beneath`: `path` lies in that folder and no link on the way is followed
+    (`open_beneath`), no `..` either; else only its last component must be no link, or with
+    `follow` (a /proc/<pid>/fd/N link: the file a process holds) it is followed."""
+    try:
+        if beneath is not None:
+            handle = open_beneath(beneath, path, os.O_PATH)
+        else:
+            nofollow = 0 if follow else os.O_NOFOLLOW
+            handle = os.open(path, os.O_PATH | nofollow | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotReadable("a symbolic link on its way, not followed") from None
+        if exc.strerror is None:  # `..` in it (open_beneath)
+            raise NotReadable(f"{exc}") from None
+        raise
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotReadable(_kind(info.st_mode))
+        if info.st_uid not in owners:
+            expected = " or ".join(account_name(uid) for uid in owners)
+            raise NotReadable(f"owned by {account_name(info.st_uid)}, not by {expected}")
+        fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    finally:
+        os.close(handle)
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):  # cannot happen
+        os.close(fd)
+        raise NotReadable("changed while it was opened")
+    return fd
+
+
+def read_owned(
+    path: Path, owners: tuple[int, ...], *, beneath: Path | None = None, limit: int = 1 << 16
+) -> bytes:
+    """The first `limit` bytes of `path`, opened as `open_owned` opens it."""
+    fd = open_owned(path, owners, beneath=beneath)
+    try:
+        return os.pread(fd, limit, 0)
+    finally:
+        os.close(fd)
+
+
+def make_private_folder(path: Path) -> Path:
+    """Create the folder `path` (its parents as `mkdir -p` makes them), its owner's alone
+    (0700) from the moment it exists: a run folder, whose store, server.log and logs hold the
+    server's text. FileExistsError when something is there already (a link is not followed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkdir(path, 0o700)  # the umask can only take bits away
+    folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(folder, 0o700)  # a umask that took the owner's own bits away
+    finally:
+        os.close(folder)
+    return path
 
 
 def copy_new(

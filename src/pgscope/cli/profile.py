@@ -17,19 +17,20 @@ from pgscope.files import write_atomic
 
 def _postmaster_of(pid: int) -> Path:
     """The data directory of the server that `pid` (its postmaster or one of its processes)
-    belongs to: a postmaster's working directory is its data directory."""
-    from pgscope.errors import UsageError
+    belongs to: a postmaster's working directory is its data directory, whose postmaster.pid
+    names it (read as --data-dir reads it: no link followed, never a FIFO)."""
+    from pgscope.errors import PgscopeError, UsageError
+    from pgscope.target.local import LocalServer
 
     for candidate in (pid, _parent(pid)):
         if candidate is None:
             continue
         try:
             data_dir = Path(f"/proc/{candidate}/cwd").resolve(strict=True)
-            first = (data_dir / "postmaster.pid").read_text().split("\n", 1)[0].strip()
-        except OSError:
+            if LocalServer.from_data_dir(data_dir).pid == candidate:
+                return data_dir
+        except (OSError, PgscopeError):
             continue
-        if first == str(candidate):
-            return data_dir
     raise UsageError(f"--pid {pid}: not a running PostgreSQL server process on this host")
 
 

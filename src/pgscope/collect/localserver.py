@@ -55,7 +55,9 @@ def local_server_for(conn: ConnParams) -> LocalServer | None:
     A DSN names no process. A server is this one when a local postmaster's postmaster.pid
     gives the port the server reports (`current_setting('port')`) and the same start time
     (`pg_postmaster_start_time()`, to the second): a remote server would have to share both.
-    Needs root to see other users' postmasters.
+    A process calling itself postgres is any account's to start: its folder is read as
+    `--data-dir` is (`LocalServer.from_data_dir`), never through a link nor a FIFO. Needs root
+    to see other users' postmasters.
     """
     with conn.connect() as session:
         row = session.execute(
@@ -66,15 +68,10 @@ def local_server_for(conn: ConnParams) -> LocalServer | None:
         return None
     port, started = int(row[0]), int(row[1])
     for pid, data_dir in _postmasters():
-        try:
-            lines = (data_dir / "postmaster.pid").read_text().splitlines()
-        except OSError:
+        try:  # read as --data-dir reads it: a postmaster.pid of the folder's owner, no link
+            local = LocalServer.from_data_dir(data_dir)  # followed, its PID checked in /proc
+        except PgscopeError:
             continue
-        if len(lines) < 4 or lines[0].strip() != str(pid) or not lines[2].strip().isdigit():
-            continue
-        if lines[3].strip() == str(port) and abs(int(lines[2]) - started) <= 1:
-            try:
-                return LocalServer.from_data_dir(data_dir)
-            except PgscopeError:
-                continue
+        if local.pid == pid and local.port == port and abs(local.started - started) <= 1:
+            return local
     return None

@@ -5,7 +5,9 @@ observation of a server that died or shut down ends within seconds, not at --dur
 A server on this host: its postmaster process, by PID and start time (a PID reused since is
 another process), still running and not a zombie, and its postmaster.pid not saying
 "stopping" (a shutdown has begun: the server refuses new sessions and ends the others). Two
-small file reads, no query.
+small file reads, no query; postmaster.pid is read as `LocalServer` reads it (a regular file
+of the data directory's owner, no link followed, never a blocking open: a FIFO there
+would block `observe`).
 
 A server elsewhere: `SELECT 1` every PROBE_S on a session of its own (application `pgscope`,
 which no analysis counts), connecting again when it drops; lost after LOST_AFTER_S without an
@@ -26,7 +28,7 @@ import psycopg
 from pgscope.errors import TargetError
 from pgscope.store import now_us
 from pgscope.target.conn import ConnParams
-from pgscope.target.local import LocalServer
+from pgscope.target.local import LocalServer, pid_file_lines
 
 PROBE_S = 1.0
 LOST_AFTER_S = 5.0
@@ -85,11 +87,11 @@ class ServerWatch:
         if _start_time(pid) != self.started:
             return f"postmaster {pid} exited"
         try:
-            lines = (self.local.data_dir / "postmaster.pid").read_text().splitlines()
+            lines = pid_file_lines(self.local.data_dir, self.local.owner)
         except FileNotFoundError:
             return f"postmaster {pid} is shutting down (its postmaster.pid is gone)"
-        except OSError:
-            return None  # unreadable here: the process alone says
+        except OSError:  # unreadable here, or no regular file of the server's: not read
+            return None  # the process alone says
         if lines and lines[0].strip() != str(pid):
             return f"postmaster {pid} was replaced (postmaster.pid names {lines[0].strip()})"
         # Line 8 is the postmaster's state: starting, ready, standby, or stopping.
