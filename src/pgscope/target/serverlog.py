@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from pgscope.files import read_regular
+
 _LINE = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (?P<tz>\S+) \[(?P<pid>\d+)\] "
     r"(?:\S*@\S* (?:-?\d+ )?)?LOG:\s+"
@@ -29,9 +31,10 @@ class LogEvent:
 
 
 def checkpoint_events(log: Path) -> list[LogEvent]:
-    """Checkpoint starts and ends in a server log; an unreadable log gives none."""
+    """Checkpoint starts and ends in a server log; an unreadable log gives none, and so does
+    anything but a regular file at its name (a link is not followed, a FIFO not waited on)."""
     try:
-        lines = log.read_text(errors="replace").splitlines()
+        lines = read_regular(log).decode("utf-8", "replace").splitlines()
     except OSError:
         return []
     events = []

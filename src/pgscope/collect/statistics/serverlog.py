@@ -14,10 +14,20 @@ How: on a server on this host, its current log file: the logging collector's
 file the postmaster writes its standard error to (`pg_ctl -l`, Debian's pg_ctlcluster), read
 from where it ended when the collector started, each second, its `ERROR:` lines counted by
 kind (the English messages: a server with another `lc_messages` has its errors counted as
-`other`). The file is opened without following a link (a relative log directory beneath the
-data directory, every folder on the way), and is read only when the server's account owns it.
-A file that shrinks or is replaced (rotation) is read again from its start. At most 8 MiB a
-second are read; the rest waits for the next second.
+`other`). A file that shrinks or is replaced (rotation) is read again from its start. At most
+8 MiB a second are read; the rest waits for the next second.
+
+What the server names is the server's account's to choose (`pg_current_logfile()` returns what
+`current_logfiles` in the data directory says, and that account writes it), and pgscope reads
+it as root. So a file is read only when it is a regular file of the data directory's owner
+(never root's: a root-only file named there was read, and its ERROR line stored in the run),
+opened without blocking and without following a link (beneath the data directory: no link on
+the way, no `..`; elsewhere, in `log_directory`: not at its name), and nothing but a regular
+file is ever opened (a FIFO named there hung `observe`). The postmaster's standard error is
+read through /proc when it is a regular file the postmaster, checked to be the server's
+process, holds open for writing: the server's account's, or root's when root started the
+server with its log there (pgscope's own clusters: the run folder's server.log). A file
+refused is said once, in one line, with why.
 
 What it records: `server_errors` (per read and kind: how many, the first message, and the
 span the lines were written in: from the previous read to this one). A window counts the
@@ -43,7 +53,7 @@ import psycopg
 from pgscope.collect.base import Availability, CollectorContext, CollectorEnv, CollectorError
 from pgscope.collect.polling import ThreadCollector
 from pgscope.errors import TargetError
-from pgscope.files import open_beneath
+from pgscope.files import NotReadable, open_owned
 from pgscope.store import now_us
 
 APPLICATION_NAME = "pgscope-serverlog"
@@ -82,10 +92,13 @@ class ServerLogCollector(ThreadCollector):
         self.offset = 0
         self.pending = b""
         self.looked = 0.0
+        self.refused: set[str] = set()
         postmaster = ctx.postmaster_pid()
-        if postmaster is None:
+        if postmaster is None or ctx.data_dir is None:
             raise CollectorError("the server's postmaster is not on this host")
-        self.owner = os.stat(f"/proc/{postmaster}").st_uid
+        self.owner = os.stat(ctx.data_dir).st_uid  # the server's account
+        if self.owner == 0:
+            raise CollectorError("the data directory is root's: no server's log is read there")
         if not self._open(at_end=True):
             raise CollectorError(
                 "no log file of the server that pgscope may read (the logging collector's, "
@@ -99,6 +112,7 @@ class ServerLogCollector(ThreadCollector):
     def _path(self) -> tuple[str, int] | None:
         """(where, an open descriptor) of the server's current log, or None."""
         ctx = self.ctx
+        assert ctx.data_dir is not None
         current = None
         try:
             with ctx.conn.connect(application_name=APPLICATION_NAME) as session:
@@ -107,26 +121,27 @@ class ServerLogCollector(ThreadCollector):
         except (TargetError, psycopg.Error):
             current = None  # not allowed (pg_monitor), or not asked for
         if current is not None:
-            path = Path(current)
-            if not path.is_absolute() and ctx.data_dir is not None:
-                path = ctx.data_dir / path
             try:
-                if ctx.data_dir is not None and path.is_relative_to(ctx.data_dir):
-                    fd = open_beneath(ctx.data_dir, path, os.O_RDONLY)
-                else:
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                fd = -1
-            if fd >= 0:
-                return str(path), fd
+                return open_named_log(ctx.data_dir, current, self.owner)
+            except NotReadable as exc:
+                self._refuse(f"{current} (the log current_logfiles names)", exc)
+            except (OSError, ValueError):
+                pass
         postmaster = ctx.postmaster_pid()
         if postmaster is None:
             return None
         try:  # the postmaster's standard error, where it is a file
-            fd = os.open(f"/proc/{postmaster}/fd/2", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        return os.readlink(f"/proc/{postmaster}/fd/2"), fd
+            return open_stderr(postmaster, self.owner)
+        except NotReadable as exc:
+            self._refuse(f"postmaster {postmaster}'s standard error", exc)
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+
+    def _refuse(self, what: str, why: NotReadable) -> None:
+        if what not in self.refused:
+            self.refused.add(what)
+            self.ctx.say(f"serverlog: {what} is not read: {why}")
 
     def _open(self, at_end: bool) -> bool:
         found = self._path()
@@ -135,8 +150,8 @@ class ServerLogCollector(ThreadCollector):
             return False
         where, fd = found
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (self.owner, 0):
-            os.close(fd)  # a pipe (the logging collector's), a terminal, another's file
+        if not stat.S_ISREG(info.st_mode):  # open_owned saw to it; said again here
+            os.close(fd)
             return False
         identity = (info.st_dev, info.st_ino)
         if identity == self.identity:
@@ -194,3 +209,47 @@ class ServerLogCollector(ThreadCollector):
         if self.handle is not None:
             os.close(self.handle)
             self.handle = None
+
+
+def open_named_log(data_dir: Path, named: str, owner: int) -> tuple[str, int]:
+    """(where, a descriptor) of the log file `named` by the server (`pg_current_logfile()`:
+    `current_logfiles`, which the server's account writes), a regular file of `owner`; else
+    NotReadable saying why not. A relative name, or one in the data directory, is opened
+    beneath it (no link on the way, no `..`); one elsewhere (an absolute `log_directory`)
+    must be no link at its name. Nothing else is opened, not even for a moment: a FIFO
+    would block, a device's open can act."""
+    path = Path(named)
+    if not path.is_absolute():
+        path = data_dir / path
+    if path.is_relative_to(data_dir):
+        return str(path), open_owned(path, (owner,), beneath=data_dir)
+    return str(path), open_owned(path, (owner,))
+
+
+def open_stderr(pid: int, owner: int) -> tuple[str, int]:
+    """(where, a descriptor) of the file postmaster `pid`, a process of `owner`, writes its
+    standard error to (`pg_ctl -l`, pg_ctlcluster, pgscope's own clusters): a regular file the
+    process holds open for writing, of `owner` or of root (who started the server with its
+    log there); NotReadable otherwise. The process is the same one from the first look to
+    the last (its start time), so a PID reused meanwhile is not read from."""
+    proc = Path(f"/proc/{pid}")
+    started = _started(proc)
+    status = (proc / "status").read_text().splitlines()
+    uids = next((ln.split()[1:3] for ln in status if ln[:4] == "Uid:"), [])
+    if not uids or any(int(uid) != owner for uid in uids):
+        raise NotReadable("the process is not the server's account's")
+    fdinfo = (proc / "fdinfo/2").read_text().splitlines()
+    flags = next((int(ln.split()[1], 8) for ln in fdinfo if ln.startswith("flags:")), 0)
+    if flags & os.O_ACCMODE == os.O_RDONLY:
+        raise NotReadable("not open for writing: no log of the server's")
+    fd = open_owned(proc / "fd/2", (owner, 0), follow=True)
+    where = os.readlink(proc / "fd/2")
+    if _started(proc) != started:
+        os.close(fd)
+        raise NotReadable("the process exited while it was looked at")
+    return where, fd
+
+
+def _started(proc: Path) -> str:
+    """A process's start time since boot (the 22nd field of its stat)."""
+    return (proc / "stat").read_text().rsplit(")", 1)[1].split()[19]
