@@ -24,6 +24,7 @@ import numpy as np
 from pgscope import tables
 from pgscope.duck import STORAGE_VERSION, confine, connect, foreign_code, table_exists
 from pgscope.errors import EnvironmentProblem, InputFileError
+from pgscope.files import make_private_folder
 
 __all__ = ["RunMeta", "RunStore", "ServerIdentity", "list_runs", "now_us", "table_exists"]
 
@@ -155,8 +156,11 @@ class RunStore:
     @classmethod
     def create(cls, run_dir: Path, meta: RunMeta) -> RunStore:
         try:
-            run_dir.mkdir(parents=True, exist_ok=False)
+            # Private to whoever runs pgscope from the start: the store, server.log and the
+            # transaction logs hold the server's text (statements, a script's own lines).
+            make_private_folder(run_dir)
             db = connect(str(run_dir / STORE_FILE), storage_version=STORAGE_VERSION)
+            os.chmod(run_dir / STORE_FILE, 0o600)
         except OSError as exc:
             raise EnvironmentProblem(
                 f"cannot create run folder {run_dir}: {exc.strerror}"
