@@ -199,6 +199,8 @@ def test_the_cluster_listens_on_no_tcp_address(cluster: EmbeddedCluster) -> None
         info = folder.lstat()
         assert stat.S_IMODE(info.st_mode) == 0o700, folder
         assert info.st_uid == server_account(None).uid, folder
+    # The server's log holds its text (statements, errors): the user's alone.
+    assert stat.S_IMODE(cluster.log_path.lstat().st_mode) == 0o600
 
 
 @ROOT_ONLY

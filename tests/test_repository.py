@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -420,6 +421,7 @@ def test_a_run_pulled_back_is_its_store_row_for_row(repository: Repository, tmp_
     assert pulled.returncode == 0, pulled.stderr
     copy = Path(json.loads(pulled.stdout)["run_dir"])
     assert json.loads((copy / "summary.json").read_text())["run_id"] == run_dir.name
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o700, "its statement texts are the user's"
     with duckdb.connect() as db:
         db.execute(f"ATTACH '{run_dir / 'run.duckdb'}' AS a (READ_ONLY)")
         db.execute(f"ATTACH '{copy / 'run.duckdb'}' AS b (READ_ONLY)")

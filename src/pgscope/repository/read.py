@@ -24,6 +24,7 @@ from psycopg import sql
 from pgscope import tables
 from pgscope.duck import STORAGE_VERSION, connect
 from pgscope.errors import EnvironmentProblem, InputFileError, RefusedError, UsageError
+from pgscope.files import make_private_folder
 from pgscope.repository import schema
 from pgscope.store import STORE_FILE
 from pgscope.words import inert
@@ -106,7 +107,7 @@ def materialise(session: psycopg.Connection[Any], run: StoredRun, run_dir: Path)
             f"{inert(run.run_id)[:200]!r}: not a run id to name a folder after; refused"
         )
     try:
-        run_dir.mkdir(parents=True, exist_ok=False)
+        make_private_folder(run_dir)  # a pulled store holds the server's statement texts
     except FileExistsError:
         raise UsageError(f"{run_dir} exists: pull writes a new run folder") from None
     except OSError as exc:

@@ -345,7 +345,10 @@ class EmbeddedCluster:
     def _launch(self) -> None:
         if self._log_file is None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log_file = self.log_path.open("ab")
+            # The server's text, the user's alone (0600) from the moment it exists; a link
+            # planted in its place is not followed.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            self._log_file = os.fdopen(os.open(self.log_path, flags, 0o600), "ab")
         self._launched_at = self.log_path.stat().st_size
         # SIGINT on parent death = fast shutdown: a killed pgscope still stops its server.
         options = [f"--{name}={value}" for name, value in self.listener_settings().items()]
