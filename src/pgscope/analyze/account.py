@@ -8,7 +8,8 @@ waits down as far as the evidence reaches.
                 ├── part of its time the server reports apart  pg_stat_statements
                 │   (planning, JIT compilation, execution)
                 │   └── plan node, trigger, function, nested   sampled plans (auto_explain),
-                │       statement, each with its relation        pg_stat_user_functions
+                │       statement, each with its relation        pg_stat_user_functions;
+                │                                                or the estimated plan (EXPLAIN)
                 └── for a lock wait: the lock, and its holder  activity (blockers)
                     (its state, its statement, how long)
 
@@ -57,6 +58,9 @@ MIN_SAMPLES = 50
 # (unnamed_statement): analyze/waits.py's, which the top queries name it by too.
 READ_WAITS = {"IO:DataFileRead", "IO:DataFilePrefetch"}
 TEMP_WAITS = {"IO:BufFileRead", "IO:BufFileWrite"}
+# Where a plan node's share comes from an estimated plan (the explain collector's), not a
+# sampled one: the statement's execution split by the planner's costs.
+ESTIMATED_SOURCE = "EXPLAIN (estimated)"
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,16 @@ class _Scope:
         self.plans: dict[int, StatementPlans] = {}
         for q, p in sorted(plans.items(), key=lambda kv: kv[1].executions):
             self.plans[self.alias.get(q, q)] = p
+        # Where no plan was sampled (a server pgscope did not start): the estimated plan,
+        # its nodes' costs as the share of a call's execution the planner expects them to
+        # take (ms per call from pg_stat_statements).
+        if table_exists(db, "plan_estimates"):
+            for q, p in plan_samples.read_estimated(db).items():
+                key = self.alias.get(q, q)
+                if key not in self.plans:
+                    stats = self.statements.get(key)
+                    per_call = stats.exec_ms / stats.calls if stats and stats.calls else None
+                    self.plans[key] = plan_samples.in_ms(p, per_call)
         self.functions = self._functions()
         self.blockers = lock_holders(db, self.source, where) if blockers is None else blockers
 
@@ -592,7 +606,7 @@ def _cpu_parts(
                 "fraction": fraction,
                 "calls": stats.calls,
                 "per_call": per_call,
-                "sampled_plans": plans.executions if plans else 0,
+                "sampled_plans": plans.executions if plans and not plans.estimated else 0,
             },
             _sorted(children),
         )
@@ -636,7 +650,7 @@ def _execution(s: _Scope, plans: StatementPlans, share: float, samples: int) -> 
         if fraction < MIN_CHILD_SHARE:
             continue
         below = share * fraction
-        plan = _plan_node(s, node, plans.executions, below, samples)
+        plan = _plan_node(s, node, plans.executions, below, samples, plans.estimated)
         # A function a node calls (in its filter or what it computes) runs in its time.
         called = [f for f in functions if _calls(node, f)]
         if called:
@@ -716,7 +730,14 @@ def _weighted_nodes(
     return out
 
 
-def _plan_node(s: _Scope, node: PlanNode, executions: int, share: float, samples: int) -> Node:
+def _plan_node(
+    s: _Scope,
+    node: PlanNode,
+    executions: int,
+    share: float,
+    samples: int,
+    estimated: bool = False,
+) -> Node:
     per = max(1, executions)
     relation = node.relation
     root = s.section.root_of(relation) if relation else None
@@ -769,9 +790,12 @@ def _plan_node(s: _Scope, node: PlanNode, executions: int, share: float, samples
             or any(c in leading for c in node.columns)
         ),
     }
-    return Node(
-        "plan", _plan_name(node, root), share, s.seconds_of(share), samples, "auto_explain", detail
-    )
+    if estimated:
+        # Rows the planner expects, not counted ones: no estimate is off from itself (and
+        # the rows its filters throw away are not known: 0).
+        detail["misestimate"] = None
+    source = ESTIMATED_SOURCE if estimated else "auto_explain"
+    return Node("plan", _plan_name(node, root), share, s.seconds_of(share), samples, source, detail)
 
 
 def _misestimate(node: PlanNode) -> float | None:
@@ -1086,6 +1110,18 @@ def closed_branches(
             if target_kind != "embedded"
             else "auto_explain is not available to this server"
         )
+        estimated = (
+            table_exists(db, "plan_estimates")
+            and db.execute(
+                "SELECT count(DISTINCT queryid) FROM plan_estimates WHERE plan IS NOT NULL"
+            ).fetchone()
+        )
+        if estimated and estimated[0]:
+            where += (
+                f"; the estimated plans (EXPLAIN, without running them) of "
+                f"{estimated[0]} of the heaviest statements split their execution by the "
+                f"planner's costs instead"
+            )
         out.append(
             Closed(
                 "plan nodes",

@@ -5,6 +5,13 @@ it (a function's, a trigger's, a foreign key's check), each with its own nodes.
 
 A node's own time is its total time over its loops less its children's; a plan's duration is
 the whole execution, triggers included (they run after the plan's nodes), planning not.
+
+On a server pgscope did not start nothing samples actual plans: the explain collector keeps
+the estimated plans of the heaviest statements (`plan_estimates`, EXPLAIN without ANALYZE).
+`read_estimated` reads them as the same nodes, each node's own time standing for its
+estimated own cost (its total cost over its estimated loops less its children's), so the
+account can split a statement's execution by where the planner expects it to go; the nodes
+of such a plan count no actual rows, so nothing is said of rows a filter threw away.
 Pure functions of the store.
 """
 
@@ -139,6 +146,9 @@ class StatementPlans:
     jit_ms: float = 0.0
     nested: list[NestedPlans] = field(default_factory=list)
     text: str = ""  # one execution's text, with its constants
+    # An estimated plan (EXPLAIN without ANALYZE): node times are estimated costs, in the
+    # planner's units; only their proportions mean anything.
+    estimated: bool = False
 
     @property
     def node_ms(self) -> float:
@@ -281,6 +291,99 @@ def plan_nodes(document: dict[str, Any]) -> list[PlanNode]:
     if not isinstance(plan, dict):
         return []
     return [_node(p, n, ms, above) for p, n, ms, above in _nodes(plan)]
+
+
+def _estimated(
+    plan: dict[str, Any],
+    position: str = "0",
+    above: tuple[dict[str, Any], ...] = (),
+    loops: float = 1.0,
+) -> Iterable[tuple[str, dict[str, Any], float, tuple[dict[str, Any], ...], float]]:
+    """Each node of an estimated plan, its position, its own estimated cost over its
+    estimated loops, the nodes above it, and those loops: a Nested Loop's inner side runs once
+    per row of its outer side, every other child once per run of its parent."""
+    children = plan.get("Plans") or []
+    child_loops = [
+        loops * max(1.0, float(children[0].get("Plan Rows") or 1))
+        if i == 1 and plan.get("Node Type") == "Nested Loop"
+        else loops
+        for i in range(len(children))
+    ]
+    below = sum(
+        float(c.get("Total Cost") or 0) * n / loops
+        for c, n in zip(children, child_loops, strict=True)
+    )
+    own = max(0.0, float(plan.get("Total Cost") or 0) - below) * loops
+    yield position, plan, own, above, loops
+    for i, (child, n) in enumerate(zip(children, child_loops, strict=True)):
+        yield from _estimated(child, f"{position}.{i}", (*above, plan), n)
+
+
+def estimated_nodes(document: Any) -> list[PlanNode]:
+    """The nodes of an estimated plan (EXPLAIN without ANALYZE's JSON document, or the list
+    EXPLAIN returns), most estimated own cost first: `self_ms` holds the cost, `rows` and
+    `input_rows` the planner's row estimates over the estimated loops."""
+    if isinstance(document, list):
+        document = document[0] if document and isinstance(document[0], dict) else {}
+    plan = document.get("Plan")
+    if not isinstance(plan, dict):
+        return []
+    out = []
+    for position, node, cost, above, loops in _estimated(plan):
+        rows = float(node.get("Plan Rows") or 0)
+        out.append(
+            replace(
+                _node(position, node, cost, above),
+                loops=loops,
+                rows=rows * loops,
+                input_rows=sum(float(c.get("Plan Rows") or 0) for c in node.get("Plans") or [])
+                * loops,
+            )
+        )
+    return sorted(out, key=lambda n: -n.self_ms)
+
+
+def read_estimated(db: duckdb.DuckDBPyConnection) -> dict[int, StatementPlans]:
+    """The estimated plans the explain collector kept (`plan_estimates`), per statement: the
+    latest of each. An estimate stands for the statement whatever window it was asked in."""
+    rows = db.execute(
+        "SELECT queryid, query_text, plan FROM plan_estimates "
+        "WHERE plan IS NOT NULL AND queryid IS NOT NULL "
+        "QUALIFY row_number() OVER (PARTITION BY queryid ORDER BY ts_us DESC) = 1"
+    ).fetchall()
+    out: dict[int, StatementPlans] = {}
+    for queryid, text, plan in rows:
+        try:
+            document = json.loads(plan)
+        except json.JSONDecodeError:
+            continue
+        nodes = estimated_nodes(document)
+        if not nodes:
+            continue
+        out[int(queryid)] = StatementPlans(
+            query_id=int(queryid),
+            executions=1,
+            duration_ms=sum(n.self_ms for n in nodes),
+            nodes=nodes,
+            text=text or "",
+            estimated=True,
+        )
+    return out
+
+
+def in_ms(plans: StatementPlans, ms_per_call: float | None) -> StatementPlans:
+    """An estimated plan with its nodes' costs as milliseconds of one call: each node's share
+    of the plan's cost times `ms_per_call` (a call's execution time, as pg_stat_statements
+    measured it). Without it the costs are kept (only their proportions are read)."""
+    whole = plans.node_ms
+    if not plans.estimated or ms_per_call is None or whole <= 0:
+        return plans
+    scale = ms_per_call / whole
+    return replace(
+        plans,
+        duration_ms=ms_per_call,
+        nodes=[replace(n, self_ms=n.self_ms * scale) for n in plans.nodes],
+    )
 
 
 def _triggers(documents: list[dict[str, Any]]) -> list[TriggerTime]:

@@ -289,6 +289,8 @@ def _selection(
         "pgstats": {},
         "statements": {"wait_for_load": False, "follow_load": True},
         "pglocks": {},
+        # The heaviest statements' estimated plans: where their execution goes, by cost.
+        "explain": {},
     }
     if target.local is not None:
         selection["host"] = {}

@@ -29,9 +29,10 @@ if TYPE_CHECKING:  # the types only: the repository's commands start without Duc
 # open-loop steps (the steps' offered rate, schedule lag, skipped, late and served
 # transactions; step_objectives; the seconds' lag and skipped); 9 the text of what a session
 # ran without a query id (activity_samples.command); 10 the span of the log's lines each row
-# of server_errors counted (from_us, to_us). Collectors' tables are
+# of server_errors counted (from_us, to_us); 11 the estimated plans of the heaviest
+# statements on a server pgscope did not start (plan_estimates). Collectors' tables are
 # created when a collector starts: a run without one has none, whatever the version.
-STORE_VERSION = 10
+STORE_VERSION = 11
 TYPES = frozenset({"BIGINT", "INTEGER", "SMALLINT", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 

@@ -1,6 +1,6 @@
 """What the server and the host counted: cumulative statistics (pgstats), statements and
-tables (statements), relation locks held (pglocks), the host's CPU (host), the WAL device's
-probe (waldevice)."""
+tables (statements), the estimated plans of the heaviest statements (explain), relation locks
+held (pglocks), the host's CPU (host), the WAL device's probe (waldevice)."""
 
 from pgscope.tables import table
 
@@ -130,6 +130,19 @@ TABLES = (
         "context VARCHAR",
         "plan VARCHAR",
         since=6,
+        series="ts_us",
+    ),
+    table(
+        "plan_estimates",
+        "explain",
+        "step_id INTEGER NOT NULL",
+        "ts_us BIGINT NOT NULL",
+        "queryid BIGINT NOT NULL",
+        "query_text VARCHAR",
+        # EXPLAIN (FORMAT JSON) without ANALYZE: estimated costs and rows, nothing run.
+        "plan VARCHAR",
+        "error VARCHAR",  # why there is no plan (the server's message), where it failed
+        since=11,
         series="ts_us",
     ),
     table(
