@@ -411,8 +411,10 @@ EVIDENCE: dict[str, tuple[Evidence, ...]] = {
                          Spent(("update counters", "idle in transaction"), 0.2)),
     "planning-time": (Fact("stmt.plan_share", 0.5), Spent(("join t b", "planning"), 0.5)),
     "sort-for-limit": (Spent(("order by created desc", "on events, (kind = $1)"), 0.3),),
-    "notify-queue": (Fact("wait.share.Lock:object", 0.3),),
-    "parallel-overhead": (Fact("wait.share.IPC:ExecuteGather", 0.15),),
+    "notify-queue": (Fact("wait.share.Lock:object", 0.3),
+                     Spent(("Lock:object", "no query id", "object lock"), 0.3)),
+    "parallel-overhead": (Fact("wait.share.IPC:ExecuteGather", 0.15),
+                          Spent(("IPC:ExecuteGather", "from small"), 0.15)),
 }  # fmt: skip
 
 

@@ -16,8 +16,10 @@ why); then confidence; then, among
 equally confident findings, the narrower one, which fewer variants show, since it is what sets
 the variants apart (in the syncrep recipe commits flush WAL in five variants but wait for a
 standby in four); then the share of active time it explains (its path's, where the account
-measured one); then the score. A heavy path no mechanism interprets and whose node shows no
-waste (an index lookup of one row) says where the time goes, after every cause and symptom.
+measured one); then the score. A heavy path no mechanism interprets is a cause where its
+node is time to cut (planning, JIT, a function, a trigger, a wait, a wasteful plan node); one
+whose node shows no waste (an index lookup of one row) says where the time goes, after every
+cause and symptom.
 """
 
 from __future__ import annotations
@@ -514,6 +516,10 @@ def _wasteful(node: object) -> bool:
     kind = getattr(node, "kind", "")
     if kind in ("trigger", "function", "nested", "lock", "holder"):
         return True
+    if kind == "part":
+        # Planning and JIT compilation are time around the statement's work, not the work:
+        # all of it is there to cut.
+        return detail.get("part") in ("planning", "jit")
     if kind != "plan":
         return kind == "statement" and detail.get("event") not in (None, "CPU")
     numbers = {k: v for k, v in detail.items() if isinstance(v, int | float)}

@@ -103,6 +103,11 @@ def interpret(path: Path) -> Reading:
     candidates = list(reversed(path.nodes[path.nodes.index(path.statement) :]))
     if path.statement is None:
         candidates = [path.deepest]
+    # A function's time is its own code's: no mechanism of the plan node or statement that
+    # calls it interprets it (an Index Only Scan's heap fetches are not a function's loop).
+    inner = next((i for i, n in enumerate(candidates) if n.kind == "function"), None)
+    if inner is not None:
+        candidates = candidates[: inner + 1]
     for node in candidates:
         mechanism = next((m for m in found if _matches(m, path, node)), None)
         if mechanism is not None:
@@ -172,6 +177,16 @@ def _generic_title(path: Path) -> str:
     if deepest.kind == "statement":
         events = ", ".join(path.events)
         return f"One statement takes the time ({events})"
+    if deepest.kind in ("lock", "holder"):
+        lock = path.nearest("lock")
+        what = lock.name if lock is not None else ", ".join(path.events)
+        return f"Sessions queue for a {what} another session holds"
+    if deepest.kind == "function":
+        return f"The statement's time goes to the function {deepest.name.removeprefix('function ')}"
+    if deepest.kind == "trigger":
+        return f"The statement's time goes to the {deepest.name}"
+    if deepest.kind == "nested":
+        return "The statement's time goes to a statement it runs"
     return f"The time goes to {deepest.name}"
 
 
