@@ -27,6 +27,7 @@ from pgscope.target.conn import ConnParams
 from pgscope.target.embedded import EmbeddedCluster, benchmark_defaults
 from pgscope.target.pgbin import PgBinaries
 from tests.cli import pgscope
+from tests.poll import wait_until
 from tests.servers import SMALL_SERVER
 from tests.stores import HOST, sampled_session
 
@@ -204,10 +205,14 @@ def _watched(pg: PgBinaries, tmp_path: Path) -> EmbeddedCluster:
     )
 
 
-def _prepared(cluster: EmbeddedCluster) -> None:
+def _prepared(cluster: EmbeddedCluster, database: str = "postgres") -> None:
     """100k rows without an index on val; a table the monitoring role may not read; `mon`,
     a role with pg_monitor and SELECT on items only."""
-    with cluster.connect() as admin:
+    if database != "postgres":
+        with cluster.connect() as admin:
+            admin.execute(f"CREATE DATABASE {database}")
+    there = ConnParams({**cluster.conn.params, "dbname": database})
+    with there.connect() as admin:
         admin.execute("CREATE EXTENSION pg_stat_statements")
         for table in ("items", "hidden"):
             admin.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, val int, pad text)")
@@ -220,15 +225,33 @@ def _prepared(cluster: EmbeddedCluster) -> None:
         admin.execute("GRANT SELECT ON items TO mon")
 
 
+def _context(
+    pg: PgBinaries, conn: ConnParams, run_dir: Path, said: list[str]
+) -> tuple[RunStore, CollectorContext]:
+    store = RunStore.create(
+        run_dir,
+        RunMeta("run", "observe", "observe", "", "{}", "pgscope observe", "0", "server",
+                conn.conninfo(), HOST),
+    )  # fmt: skip
+    with conn.connect() as session:
+        version = session.info.server_version
+    ctx = CollectorContext(
+        CollectorEnv(pg, "server", conn, True), conn, store, run_dir, lambda: None, None,
+        version, said.append,
+    )  # fmt: skip
+    return store, ctx
+
+
 def _monitor(cluster: EmbeddedCluster) -> ConnParams:
     """The monitoring role's connection, read-only as pgscope opens one on a user's server."""
     return ConnParams({**cluster.conn.params, "user": "mon", "options": READ_ONLY_OPTION})
 
 
-def _client(cluster: EmbeddedCluster) -> psycopg.Connection[Any]:
+def _client(cluster: EmbeddedCluster, database: str = "postgres") -> psycopg.Connection[Any]:
     """A session as the workload's client opens one (pgscope's own keep their statements out
     of pg_stat_statements)."""
-    return psycopg.connect(cluster.conn.conninfo(), autocommit=True)
+    there = ConnParams({**cluster.conn.params, "dbname": database})
+    return psycopg.connect(there.conninfo(), autocommit=True)
 
 
 def _lookups(cluster: EmbeddedCluster, calls: int) -> None:
@@ -259,21 +282,10 @@ def test_the_heaviest_statements_plans_are_asked_as_pg_monitor(
     UPDATE it may not make, are passed over without an error in the server's log."""
     with _watched(pg_version, tmp_path) as cluster:
         _prepared(cluster)
-        conn = _monitor(cluster)
-        store = RunStore.create(
-            tmp_path / "run",
-            RunMeta("run", "observe", "observe", "", "{}", "pgscope observe", "0", "server",
-                    conn.conninfo(), HOST),
-        )  # fmt: skip
+        said: list[str] = []
+        store, ctx = _context(pg_version, _monitor(cluster), tmp_path / "run", said)
         collector = build("explain", {})
         assert isinstance(collector, ExplainCollector)
-        said: list[str] = []
-        with conn.connect() as session:
-            version = session.info.server_version
-        ctx = CollectorContext(
-            CollectorEnv(pg_version, "server", conn, True), conn, store, tmp_path / "run",
-            lambda: None, None, version, said.append,
-        )  # fmt: skip
         collector.start(ctx)
         before = cluster.log_path.stat().st_size
         _lookups(cluster, 300)
@@ -293,6 +305,60 @@ def test_the_heaviest_statements_plans_are_asked_as_pg_monitor(
     counts = collector.counts
     assert (counts.asks, counts.explained, counts.failed) == (1, 1, 0)
     assert counts.not_permitted == 2, "the hidden lookup and the UPDATE"
+
+
+@pytest.mark.server
+def test_the_statements_are_read_where_the_extension_is(pg: PgBinaries, tmp_path: Path) -> None:
+    """pg_stat_statements installed only in the database the load runs in, the connection
+    naming another (observe --data-dir connects to postgres): the collector finds the busy
+    database, takes its baseline there, and explains at the next edge."""
+    with _watched(pg, tmp_path) as cluster:
+        _prepared(cluster, "app")
+        stop = threading.Event()
+
+        def lookups() -> None:
+            with _client(cluster, "app") as session:
+                n = 0
+                while not stop.is_set():
+                    session.execute(LOOKUP, [n % 10000])
+                    n += 1
+
+        said: list[str] = []
+        store, ctx = _context(pg, _monitor(cluster), tmp_path / "run", said)
+        collector = build("explain", {})
+        assert isinstance(collector, ExplainCollector)
+        collector.start(ctx)
+        assert collector.reader is None and said, "not in postgres: said so, looked again later"
+        thread = threading.Thread(target=lookups)
+        thread.start()
+        try:
+            wait_until(lambda: _calls(cluster) >= 20, "the lookups under way")
+
+            def found() -> ConnParams | None:
+                # One look at the sessions an edge: one between two lookups sees none busy.
+                collector.step_finished(StepInfo(1, "observed", 1, 1))
+                return collector.reader
+
+            assert wait_until(found, "the busy database found", timeout=10).dbname == "app"
+            wait_until(lambda: _calls(cluster) >= 100, "more lookups")
+            collector.step_finished(StepInfo(2, "observed", 1, 1))
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+        rows = store.query("SELECT step_id, plan FROM plan_estimates")
+        store.close()
+    assert [r["step_id"] for r in rows] == [2], rows
+    assert _seq_scans(json.loads(rows[0]["plan"])) == [("items", "(val = $1)")]
+
+
+def _calls(cluster: EmbeddedCluster) -> int:
+    there = ConnParams({**cluster.conn.params, "dbname": "app"})
+    with there.connect() as session:
+        row = session.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE %s",
+            ["%FROM items WHERE val%"],
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 @pytest.mark.server

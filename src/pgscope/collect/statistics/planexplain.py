@@ -5,7 +5,9 @@ On clusters pgscope starts, auto_explain samples actual plans (`plancapture.py`)
 server pgscope changes no setting, so no plan is sampled and the account of active time
 stopped at "the statement's time goes to its execution". This collector asks the server for
 the plan it would use, without running anything: at a step's (or an observation window's)
-end, at most once every `every_s` seconds, it reads `pg_stat_statements` and takes the
+end, at most once every `every_s` seconds, it reads `pg_stat_statements` (the connection's
+database's view, or one where the client sessions are busy, found as the statements collector
+finds it; the view shows every database's statements, each planned in its own) and takes the
 `statements` heaviest top-level statements by execution time since the collector started,
 and for each it has not explained in the last `REPLAN_S` seconds asks
 
@@ -50,16 +52,19 @@ from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgscope.collect.base import Availability, Collector, CollectorContext, CollectorEnv, StepInfo
-from pgscope.collect.statistics.statements import masked, preparable
+from pgscope.collect.statistics.statements import busy_databases, masked, preparable
 from pgscope.errors import TargetError
 from pgscope.labels import READ_ONLY_OPTION
 from pgscope.store import now_us
+from pgscope.target.conn import ConnParams
 
 APPLICATION_NAME = "pgscope-explain"
 TIMEOUT_MS = 2000
 LOCK_TIMEOUT_MS = 200
 # A statement explained less than this long ago is not explained again.
 REPLAN_S = 600.0
+# Asks at which a database with pg_stat_statements is looked for, at most.
+LOOKS = 10
 MAX_TEXT = 20_000  # a longer text is not explained (nor stored)
 GENERIC_PLAN_SINCE = 160000
 
@@ -206,21 +211,50 @@ class ExplainCollector(Collector):
             return
         ctx.store.create_tables(self.name)
         self.generic_plan = ctx.server_version_num >= GENERIC_PLAN_SINCE
-        with ctx.conn.connect(application_name=APPLICATION_NAME) as session:
-            if session.execute(HAS_STATEMENTS_SQL).fetchone() is None:
-                self.active = False
-                ctx.say("explain: pg_stat_statements is not installed; no plans are estimated")
-                return
-            self.baseline = _totals(session)
+        self.reader: ConnParams | None = None  # where pg_stat_statements is read
+        self.looked = 0
+        self._find_reader()
+
+    def _find_reader(self) -> None:
+        """The database whose pg_stat_statements view is read (it shows every database's
+        statements): the connection's, else one the client sessions are busy in (looked for
+        at an ask, at most LOOKS times). Its totals now are the baseline."""
+        if self.looked >= LOOKS:
+            return
+        self.looked += 1
+        conn = self.ctx.conn
+        candidates = [conn] + [
+            replace(conn, params={**conn.params, "dbname": d})
+            for d in busy_databases(conn, looks=1)
+            if d != conn.dbname
+        ]
+        for candidate in candidates:
+            try:
+                with candidate.connect(application_name=APPLICATION_NAME) as session:
+                    if session.execute(HAS_STATEMENTS_SQL).fetchone() is None:
+                        continue
+                    self.baseline = _totals(session)
+            except TargetError:  # the role may not connect there (CONNECT revoked)
+                continue
+            self.reader = candidate
+            return
+        if self.looked == 1:
+            self.ctx.say(
+                "explain: pg_stat_statements is not installed where it was looked for; "
+                "no plans are estimated until it is found"
+            )
 
     def step_finished(self, step: StepInfo) -> None:
         if not self.active:
             return
-        now = time.monotonic()
-        if self.last_ask is not None and now - self.last_ask < self.options.every_s:
-            return
-        self.last_ask = now
         try:
+            if self.reader is None:
+                self._find_reader()  # found: its baseline is now, asked at a later edge
+                return
+            now = time.monotonic()
+            if self.last_ask is not None and now - self.last_ask < self.options.every_s:
+                return
+            self.last_ask = now
             self.ask(step.step_id)
         except psycopg.Error as exc:
             self._failed(str(exc.diag.message_primary or exc))
@@ -230,7 +264,8 @@ class ExplainCollector(Collector):
     def ask(self, step_id: int) -> int:
         """The heaviest statements' estimated plans, stored for `step_id`; how many."""
         self.counts.asks += 1
-        with self.ctx.conn.connect(application_name=APPLICATION_NAME) as session:
+        assert self.reader is not None
+        with self.reader.connect(application_name=APPLICATION_NAME) as session:
             totals = _totals(session)
             spent = {k: ms - self.baseline.get(k, 0.0) for k, ms in totals.items()}
             heaviest = sorted((k for k in spent if spent[k] > 0), key=lambda k: -spent[k])
