@@ -396,6 +396,9 @@ def test_observe_names_the_seq_scan_that_holds_a_lookups_time(
         stored = db.execute("SELECT plan FROM plan_estimates WHERE plan IS NOT NULL").fetchall()
     assert any(_seq_scans(json.loads(p)) == [("items", "(val = $1)")] for (p,) in stored)
     analysis = load_analysis(run_dir)
+    # The estimated plan is the seq-scan finding's generic plan too: the filter to index.
+    filters = [f for found in analysis.statements.seq_filters.values() for f in found]
+    assert [(f.relation, f.columns) for f in filters] == [("items", ["val"])]
     whole = next(a for a in analysis.accounts if a.scope == "whole")
     lookup = [
         p

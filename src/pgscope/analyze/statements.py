@@ -241,8 +241,12 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
         ).fetchall()
         if int(q) in called
     }
+    # The generic plans: the statements collector's (embedded clusters), else the explain
+    # collector's estimated plans (a server pgscope did not start).
     plans = db.execute(
-        "SELECT queryid, plan FROM statement_plans WHERE plan IS NOT NULL"
+        "SELECT queryid, plan FROM statement_plans WHERE plan IS NOT NULL "
+        "UNION ALL SELECT queryid, plan FROM plan_estimates WHERE plan IS NOT NULL "
+        "AND queryid NOT IN (SELECT queryid FROM statement_plans WHERE plan IS NOT NULL)"
     ).fetchall()
     filters = {str(q): found for q, plan in plans if (found := seq_filters(json.loads(plan)))}
     return Statements(
