@@ -35,18 +35,20 @@ needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="reading another process's memory needs root"
 )
 
-# A file standing in for shared memory: 4 proc slots of 64 bytes (pid at 8, wait at 16), then
-# 4 status slots of 48 bytes (pid at 4, backend type at 8, state at 12, query_id at 24).
-PROC, STATUS, STATUSES_AT = 64, 48, 256
+# A file standing in for shared memory: 4 proc slots of 64 bytes (pid at 8, wait at 16, lock
+# group leader at 24, the array at PROCS_AT in the server), then 4 status slots of 48 bytes
+# (pid at 4, backend type at 8, state at 12, query_id at 24).
+PROC, STATUS, STATUSES_AT, PROCS_AT = 64, 48, 256, 0x7F0000001000
 LAYOUT = ["0", "4", "64", "8", "16", str(STATUSES_AT), "4", "48", "4", "12", "8", "24"]
+LAYOUT += ["24", str(PROCS_AT)]
 
 
 def fake_segment(path: Path) -> int:
-    """Two processes in use: 111 waiting (in proc slot 1, status slot 2), 222 on CPU (proc
-    slot 3, status slot 0, running query 42)."""
+    """Two processes in use: 111 waiting (in proc slot 1, status slot 2), a member of 222's
+    lock group; 222 on CPU (proc slot 3, status slot 0, running query 42), its leader."""
     data = bytearray(STATUSES_AT + 4 * STATUS)
-    struct.pack_into("iiI", data, 1 * PROC + 8, 111, 0, 0x03000009)
-    struct.pack_into("i", data, 3 * PROC + 8, 222)
+    struct.pack_into("iiIiQ", data, 1 * PROC + 8, 111, 0, 0x03000009, 0, PROCS_AT + 3 * PROC)
+    struct.pack_into("iiiiQ", data, 3 * PROC + 8, 222, 0, 0, 0, PROCS_AT + 3 * PROC)
     struct.pack_into("iii", data, STATUSES_AT + 0 * STATUS + 4, 222, 3, 2)
     struct.pack_into("q", data, STATUSES_AT + 0 * STATUS + 24, 42)
     struct.pack_into("iii", data, STATUSES_AT + 2 * STATUS + 4, 111, 3, 1)
@@ -93,6 +95,7 @@ def test_helper_copies_the_slots_in_use_on_schedule_and_flushes_when_stopped(
     assert batch.state.tolist() == [1, 2] * ticks
     assert batch.btype.tolist() == [3, 3] * ticks
     assert batch.query_id.tolist() == [0, 42] * ticks
+    assert batch.leader.tolist() == [222, 0] * ticks  # a leader's own pointer names itself
 
 
 def test_helper_refuses_a_layout_outside_its_mapping_in_one_line(tmp_path: Path) -> None:

@@ -70,6 +70,8 @@ APPLICATION = "pgscope-sampler"
 #   ACTIVE, CLIENTS); a sample left with no process still gets its row (`rows` NULL), written
 #   as one row of the sampler itself, so that every sampling instant stays counted;
 # - a query's text comes the first time its query_id is seen, as "id\x1ftext";
+# - a parallel worker's leader comes last (leader_pid): a worker starting has no query_id
+#   yet (it reports its leader's once it runs), and its time is its leader's statement's;
 # - the last column counts the databases and roles we have no name for (computed once per
 #   statement): the names are read again before the samples naming them are written.
 BATCH_SQL = """
@@ -96,7 +98,8 @@ CROSS JOIN LATERAL (
                              g.application_name, E'\\x1f',
                              CASE WHEN g.query_id IS NULL AND g.state = 'active'
                                   AND g.backend_type = 'client backend'
-                             THEN translate(left(g.query, 200), E'\\x1e\\x1f', '  ') END),
+                             THEN translate(left(g.query, 200), E'\\x1e\\x1f', '  ') END,
+                             E'\\x1f', g.leader_pid),
                       E'\\x1e') AS rows,
            array_agg(g.query_id || E'\\x1f' || g.query)
                FILTER (WHERE g.query_id <> ALL(%(known)s::bigint[])
@@ -128,6 +131,36 @@ SELECT ts_us, sample_no, $own, 'client backend', 'active', NULL, NULL, NULL, NUL
        $application, NULL
 FROM samples WHERE processes IS NULL
 """
+# The same, for samples with parallel workers in them: a worker without a query_id (starting)
+# takes its leader's in the same sample (and its statement's text, where the server computes
+# no query id), so that the account counts its time in its leader's statement. A join, which
+# samples without workers do without.
+WRITE_LED_SQL = """
+INSERT INTO activity_samples
+WITH samples AS (
+    SELECT unnest($ts_us) AS ts_us, unnest($sample_no) AS sample_no,
+           unnest($processes) AS processes),
+rows AS (
+    SELECT ts_us, sample_no, f[1]::INTEGER AS pid, f[2] AS backend_type,
+           nullif(f[3], '') AS state, nullif(f[4], '') AS wait_event_type,
+           nullif(f[5], '') AS wait_event, nullif(f[6], '')::BIGINT AS query_id,
+           nullif(f[7], '')::BIGINT AS datid, nullif(f[8], '')::BIGINT AS usesysid,
+           f[9] AS application_name, nullif(f[10], '') AS command,
+           nullif(f[11], '')::INTEGER AS leader
+    FROM (SELECT ts_us, sample_no,
+                 string_split(unnest(string_split(processes, chr(30))), chr(31)) AS f
+          FROM samples WHERE processes IS NOT NULL))
+SELECT r.ts_us, r.sample_no, r.pid, r.backend_type, r.state, r.wait_event_type, r.wait_event,
+       coalesce(r.query_id, l.query_id), $db_names[list_position($db_oids, r.datid)],
+       $role_names[list_position($role_oids, r.usesysid)], r.application_name,
+       coalesce(r.command, l.command)
+FROM rows r LEFT JOIN rows l ON l.sample_no = r.sample_no AND l.pid = r.leader
+UNION ALL
+SELECT ts_us, sample_no, $own, 'client backend', 'active', NULL, NULL, NULL, NULL, NULL,
+       $application, NULL
+FROM samples WHERE processes IS NULL
+"""
+WORKER = "\x1fparallel worker\x1f"  # a parallel worker, in a sample's text
 RATE_SQL = (
     "INSERT INTO activity_rate SELECT unnest($second_us), unnest($target_hz), "
     "unnest($samples), unnest($lag_mean_ms), unnest($lag_max_ms), unnest($query_mean_ms), "
@@ -496,8 +529,9 @@ class ActivityCollector(PollingCollector):
         taken = self.taken_until_us
         if self.pending_samples:
             ts_us, sample_no, processes = zip(*self.pending_samples, strict=True)
+            led = any(p is not None and WORKER in p for p in processes)
             self.store.db.execute(
-                WRITE_SQL,
+                WRITE_LED_SQL if led else WRITE_SQL,
                 {
                     "ts_us": list(ts_us),
                     "sample_no": list(sample_no),

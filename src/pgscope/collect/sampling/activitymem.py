@@ -5,13 +5,23 @@ Each sample is taken by a small compiled program (collect/sampling/native/shmem_
 built when pgscope is installed, run only from the package's folder and checked first:
 `helper_binary`):
 it wakes on schedule, reads, per process slot in use, its pid, wait_event_info, state,
-backend type and query_id from the mapped segment, and writes a second of samples at a time
-down a pipe as columns of numbers. After a second that held something new, or every
-META_MAX_S (`META_SQL`, one statement), the server names what numbers cannot say: each
-process's backend type, database, user and application, and the texts of new query ids; and,
-from what each process was waiting on around that statement, votes for the names of waits the
-server's list leaves out (waitnames.py). The numbers become rows in DuckDB when written
-(every `flush_s`).
+backend type, query_id and lock group leader from the mapped segment, and writes a second of
+samples at a time down a pipe as columns of numbers. After a second that held something new,
+or every META_MAX_S (`META_SQL`, one statement), the server names what numbers cannot say:
+each process's backend type, database, user and application, and the texts of new query ids;
+and, from what each process was waiting on around that statement, votes for the names of
+waits the server's list leaves out (waitnames.py). The numbers become rows in DuckDB when
+written (every `flush_s`).
+
+Backend types are named as pg_stat_activity names them. A number names a type only for the
+server's own kinds of process (CORE_TYPES): every background worker has the same number
+(B_BG_WORKER), and pg_stat_activity names each by its registration ('parallel worker',
+'logical replication launcher'), so a background worker is named by its pid (the 1-Hz
+statement), or NULL as the server leaves one it cannot name. A process whose lock group leader
+is another process is a parallel worker, whenever it was sampled (a worker lives for one
+statement, often less than a second: the statement may never see it); its samples carry its
+leader's query_id where its own is not set yet (a worker reports it once it has started), so
+that its time is its leader's statement's (`classify`).
 
 What it costs (docs/benchmarks.md, "A sampler that reads shared memory"): no server CPU per
 sample; ~15 us of the helper's per sample (a wake-up and the reads), a second's decoding and
@@ -88,9 +98,33 @@ META_MAX_S = 10.0
 IDLE_CLASSES = (0x05, 0x07)  # Activity, Extension: a background process's main-loop waits
 META_SQL = """
 SELECT pid, backend_type, datname, usename, application_name, wait_event_type, wait_event,
-       query_id, CASE WHEN query_id <> ALL(%(known)s::bigint[]) THEN query END
+       query_id, CASE WHEN query_id <> ALL(%(known)s::bigint[]) THEN query END, leader_pid
 FROM pg_stat_activity
 """
+# GetBackendTypeDesc's names (PostgreSQL 13-18) but "background worker": the kinds of process
+# one number always names. pg_stat_activity names a background worker by its registration
+# instead, one name per process, not per number.
+CORE_TYPES = frozenset(
+    {
+        "archiver",
+        "autovacuum launcher",
+        "autovacuum worker",
+        "background writer",
+        "checkpointer",
+        "client backend",
+        "dead-end client backend",
+        "io worker",
+        "logger",
+        "slotsync worker",
+        "standalone backend",
+        "startup",
+        "stats collector",
+        "walreceiver",
+        "walsender",
+        "walsummarizer",
+        "walwriter",
+    }
+)
 # The samples taken in, as one registered table of numbers (a row per process kept, per
 # sample), named through the lists given: each code is a 1-based position in its list, 0 for
 # none (DuckDB reads a list at 0 as NULL). Joining three tables in SQL instead cost twice as
@@ -102,8 +136,10 @@ COLUMNS = (
 )
 WRITE_SQL = f"""
 INSERT INTO activity_samples {COLUMNS}
-SELECT ts_us, sample_no, pid, coalesce($m_type[m], $bt_name[bt]), $st_name[st], $w_type[w],
-       $w_event[w], nullif(query_id, 0), $m_db[m], $m_user[m], $m_app[m]
+SELECT ts_us, sample_no, pid,
+       CASE WHEN leader <> 0 THEN 'parallel worker' ELSE coalesce($m_type[m], $bt_name[bt]) END,
+       $st_name[st], $w_type[w], $w_event[w], nullif(query_id, 0), $m_db[m], $m_user[m],
+       $m_app[m]
 FROM _mem_rows
 """
 # A sample with no process kept: one row of the sampler's own, as the SQL sampler writes.
@@ -176,7 +212,7 @@ def _foreign(path: Path, info: os.stat_result, euid: int) -> str | None:
 @dataclass
 class Batch:
     """One write of the helper: its samples as columns of numbers, a row per process per
-    sample (state and backend type -1: it had no status slot)."""
+    sample (state and backend type -1: it had no status slot; leader 0: none but itself)."""
 
     cpu_ns: int
     tick_us: np.ndarray
@@ -188,6 +224,7 @@ class Batch:
     state: np.ndarray
     btype: np.ndarray
     query_id: np.ndarray
+    leader: np.ndarray
 
 
 def read_batch(pipe: IO[bytes]) -> Batch | None:
@@ -200,6 +237,7 @@ def read_batch(pipe: IO[bytes]) -> Batch | None:
         raise shmem.ShmemError("the sampler's output is out of step")
     layout = [("q", ticks), ("i", ticks), ("i", ticks)]
     layout += [("i", rows), ("i", rows), ("I", rows), ("i", rows), ("i", rows), ("q", rows)]
+    layout += [("i", rows)]
     size = sum(np.dtype(code).itemsize * n for code, n in layout)
     body = pipe.read(size)
     if len(body) < size:
@@ -218,6 +256,44 @@ def _codes(known: list[int], values: np.ndarray) -> np.ndarray:
     ordered = np.array(known, dtype=np.int64)
     at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
     return np.where(ordered[at] == values, at + 1, 0).astype(np.int32)
+
+
+def classify(
+    sample_no: np.ndarray,
+    pid: np.ndarray,
+    btype: np.ndarray,
+    query_id: np.ndarray,
+    leader: np.ndarray,
+    named_leader: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's lock group leader (0: none but itself) and query_id, the rows being processes
+    at samples: the leader read from its PGPROC, else the one pg_stat_activity named for its
+    pid (`named_leader`, 0 if none), else, for a process not in the status array yet (`btype`
+    -1: a worker starting), the one its pid has in other rows. A worker whose own query_id is
+    not set (0: it is starting) takes its leader's in the same sample, which a parallel worker
+    reports once it runs (ParallelQueryMain): its time is its leader's statement's."""
+    named_leader = np.where(named_leader == pid, 0, named_leader)  # a leader (PostgreSQL 13)
+    leader = np.where(leader != 0, leader, named_leader).astype(np.int32)
+    starting = (leader == 0) & (btype == -1)
+    if starting.any() and (leader != 0).any():
+        led = leader != 0
+        workers, at = np.unique(pid[led][::-1], return_index=True)  # each pid's last leader
+        leaders = leader[led][::-1][at]
+        index = np.minimum(np.searchsorted(workers, pid[starting]), len(workers) - 1)
+        found = workers[index] == pid[starting]
+        rows = np.flatnonzero(starting)[found]
+        leader[rows] = leaders[index[found]]
+    need = np.flatnonzero((leader != 0) & (query_id == 0))
+    if len(need):
+        key = (sample_no.astype(np.int64) << 23) | pid.astype(np.int64)
+        order = np.argsort(key, kind="stable")
+        sorted_keys = key[order]
+        wanted = (sample_no[need].astype(np.int64) << 23) | leader[need].astype(np.int64)
+        index = np.minimum(np.searchsorted(sorted_keys, wanted), len(key) - 1)
+        found = sorted_keys[index] == wanted
+        query_id = query_id.copy()
+        query_id[need[found]] = query_id[order[index[found]]]
+    return leader, query_id
 
 
 class Helper:
@@ -248,6 +324,8 @@ class Helper:
                     layout.state_offset,
                     layout.type_offset,
                     -1 if layout.query_id_offset is None else layout.query_id_offset,
+                    -1 if layout.leader_offset is None else layout.leader_offset,
+                    procs.address,
                 ),
             ),
         ]
@@ -295,7 +373,11 @@ class MemorySampler:
     ) -> None:
         self.collector = collector
         self.calibrate = calibrate
-        self.meta: dict[int, tuple[Any, ...]] = {}  # pid: type, database, user, application
+        # pid: type, database, user, application, leader; `listed`: the pids the last reading
+        # listed (the others have ended: forgotten once their samples are written, or
+        # parallel workers, tens a second, would pile up).
+        self.meta: dict[int, tuple[Any, ...]] = {}
+        self.listed: set[int] = set()
         self.names = waitnames.WaitNames({}, "none", collector.store.add_event)
         self.pending: list[tuple[int, Batch]] = []  # (number of its first sample, batch)
         self.raws: set[int] = set()
@@ -451,9 +533,10 @@ class MemorySampler:
             )
         )
         texts: dict[int, str] = {}
-        for pid, btype, db, user, app, wtype, event, query_id, query in rows:
-            self.meta[pid] = (btype, db, user, app)
-            if pid in types_now and btype:
+        self.listed = {row[0] for row in rows}
+        for pid, btype, db, user, app, wtype, event, query_id, query, leader in rows:
+            self.meta[pid] = (btype, db, user, app, leader or 0)
+            if pid in types_now and btype in CORE_TYPES:
                 self.types.setdefault(types_now[pid], btype)
             # The server read this process's wait at some instant between our two reads: when
             # both saw the same wait, of the class the server reports, a vote for its name.
@@ -495,6 +578,8 @@ class MemorySampler:
                 )
             self.pending.clear()
             self.raws.clear()
+            if self.listed:
+                self.meta = {p: m for p, m in self.meta.items() if p in self.listed}
         c._flush()
 
     def _rows(self) -> tuple[dict[str, np.ndarray], dict[str, list[Any]], dict[str, np.ndarray]]:
@@ -510,6 +595,20 @@ class MemorySampler:
         state = np.concatenate([b.state for _, b in pending])
         btype = np.concatenate([b.btype for _, b in pending])
         query_id = np.concatenate([b.query_id for _, b in pending])
+        leader = np.concatenate([b.leader for _, b in pending])
+        meta_pids = sorted(self.meta)
+        meta = [self.meta[p] for p in meta_pids]
+        # The leaders pg_stat_activity named, where the field that names them is not read (a
+        # pid's reading can be up to META_MAX_S old: another process's, since).
+        named = [m[4] if layout.leader_offset is None else 0 for m in meta]
+        leader, query_id = classify(
+            sample_no,
+            pid,
+            btype,
+            query_id,
+            leader,
+            np.array([0, *named], dtype=np.int32)[_codes(meta_pids, pid)],
+        )
         named_ours = {pid: (m[3] or "").startswith("pgscope") for pid, m in self.meta.items()}
         # Ours by name, or by having connected from this process (and not since named as
         # another's session: a pid is reused).
@@ -517,9 +616,6 @@ class MemorySampler:
         ours += [p for p in conn.OWN_BACKENDS if p not in named_ours]
         idle_background = (btype != layout.client_type) & np.isin(wait >> 24, IDLE_CLASSES)
         keep = (pid != c.own_pid) & ~np.isin(pid, ours) & ~idle_background
-
-        meta_pids = sorted(self.meta)
-        meta = [self.meta[p] for p in meta_pids]
         raws = sorted(self.raws)
         waits = [self.names.name(raw) for raw in raws]
         states = sorted(layout.state_names)
@@ -533,6 +629,7 @@ class MemorySampler:
             "st": _codes(states, state[keep]),
             "w": _codes(raws, wait[keep]),
             "query_id": query_id[keep],
+            "leader": leader[keep],
         }
         names = {
             "m_type": [m[0] for m in meta],

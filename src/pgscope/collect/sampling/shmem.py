@@ -18,6 +18,15 @@ Timeout, 0x09); the state field and its values from the same two moments; the qu
 from the id our own statement reports. Anything that does not come out unique fails the
 calibration, and the caller falls back to SQL.
 
+A parallel worker is a background worker to the status array (st_backendType B_BG_WORKER, as
+the logical replication launcher is: pg_stat_activity names either by its registration), and
+its statement is its leader's. What ties it to its leader is PGPROC.lockGroupLeader, a pointer
+to the leader's slot (a leader's points at itself): the field just before lockGroupMembers,
+the last list head of PGPROC (15 to 18, as since lock groups came in 9.6), which points at
+itself in every slot whose process leads no workers (`_leader_offset`). Not found: workers
+are named only as the server names them when asked (once a second), and their leader is
+known only from that.
+
 Needs root (or CAP_SYS_PTRACE) and the server on this host; `pg_monitor` for the SQL side.
 """
 
@@ -126,6 +135,7 @@ class Layout:
     type_offset: int  # PgBackendStatus.st_backendType
     client_type: int  # its value for a client backend
     query_id_offset: int | None  # PgBackendStatus.st_query_id (None: query ids are off)
+    leader_offset: int | None = None  # PGPROC.lockGroupLeader (None: not found)
     # The server's names of the numbered wait classes (waitnames.listed), checked on ClientRead
     # and PgSleep; empty when there is no list or it failed the check.
     wait_names: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -277,6 +287,7 @@ def calibrate(session: psycopg.Connection[Any], postmaster: int) -> Layout:
         if query_id
         else []
     )
+    own_slot = _own_index(procs_region, procs, own)
     return Layout(
         postmaster=postmaster,
         segment=start,
@@ -288,9 +299,46 @@ def calibrate(session: psycopg.Connection[Any], postmaster: int) -> Layout:
         type_offset=type_offset,
         client_type=client_type,
         query_id_offset=query_ids[0] if len(query_ids) == 1 else None,
+        leader_offset=_leader_offset(procs_region, procs, own_slot),
         wait_names=names,
         wait_names_source=source,
     )
+
+
+def _own_index(region: bytes, procs: Array, own: int) -> int:
+    pids = memoryview(region).cast("i")[procs.pid_offset // 4 : procs.size // 4 : procs.stride // 4]
+    return list(pids).index(own)
+
+
+def _leader_offset(region: bytes, procs: Array, own_slot: int) -> int | None:
+    """Where PGPROC.lockGroupLeader is, from `region` (the proc array as read at calibration),
+    or None: the 8 bytes before the last 16 that point at themselves (an empty list head) in our
+    own slot and in every slot no process holds, provided that in every slot in use they hold
+    nothing or the start of a slot (a leader's, or its own once it has led workers)."""
+    stride, count = procs.stride, procs.count
+    if stride % 8:
+        return None  # a slot of pointers is a whole number of them
+    words = memoryview(region).cast("Q")
+    pids = memoryview(region).cast("i")[procs.pid_offset // 4 : procs.size // 4 : stride // 4]
+    free = [i for i, pid in enumerate(pids) if pid == 0]
+    empty_heads = [
+        offset
+        for offset in range(8, stride - 15, 8)
+        if all(
+            words[(i * stride + offset) // 8]
+            == words[(i * stride + offset) // 8 + 1]
+            == procs.address + i * stride + offset
+            for i in [own_slot, *free]
+        )
+    ]
+    if not empty_heads:
+        return None
+    leader = empty_heads[-1] - 8
+    starts = {procs.address + i * stride for i in range(count)} | {0}
+    in_use = [i for i, pid in enumerate(pids) if pid != 0]
+    if all(words[(i * stride + leader) // 8] in starts for i in in_use):
+        return leader
+    return None
 
 
 def _own_slots(postmaster: int, procs: Array, statuses: Array, own: int) -> tuple[bytes, bytes]:

@@ -10,17 +10,21 @@
  *
  * Usage: pgscope-shmem-sampler FD SIZE HZ TICKS_PER_BATCH
  *            PROCS COUNT STRIDE PID WAIT
- *            STATUSES COUNT STRIDE PID STATE TYPE QUERY_ID
+ *            STATUSES COUNT STRIDE PID STATE TYPE QUERY_ID LEADER PROCS_AT
  * FD is the mapping, opened by the caller (this program needs no rights of its own); SIZE
  * its length; the other numbers are byte offsets into it and slot counts and
  * strides. QUERY_ID -1: no query_id field. A proc slot is in use when its pid field is not
- * 0; its status slot is the one holding the same pid.
+ * 0; its status slot is the one holding the same pid. LEADER is the offset in a proc slot of
+ * its lock group leader (PGPROC.lockGroupLeader, a pointer in the server's address space:
+ * a parallel worker's leader), -1 for none; PROCS_AT where the proc array starts in the
+ * server's address space, for that pointer to name a slot.
  *
  * Output, per batch (native byte order): uint32 magic 0x53534750 ("PGSS"), uint32 ticks,
  * uint32 rows, uint32 0, int64 this process's CPU time so far (ns); then per tick int64
  * wall-clock time (us since the epoch), int32 lateness (us), int32 read time (ns); per row (a
  * process at a tick) int32 tick, int32 pid, uint32 wait_event_info, int32 state, int32
- * backend type (both -1: no status slot), int64 query_id. Columns, not records, so that the
+ * backend type (both -1: no status slot), int64 query_id, int32 the pid of its lock group's
+ * leader when that is another process (a parallel worker's leader), else 0. Columns, not records, so that the
  * reader takes each as one array.
  *
  * It stops, writing what it holds, on SIGTERM or SIGINT, and when its parent dies. Exit
@@ -94,6 +98,7 @@ typedef struct {
     int32_t *tick, *pid, *state, *type;
     uint32_t *wait;
     int64_t *query;
+    int32_t *leader;
 } Batch;
 
 static int flush(Batch *b) {
@@ -107,7 +112,7 @@ static int flush(Batch *b) {
                  write_all(b->read_ns, 4 * t) || write_all(b->tick, 4 * r) ||
                  write_all(b->pid, 4 * r) || write_all(b->wait, 4 * r) ||
                  write_all(b->state, 4 * r) || write_all(b->type, 4 * r) ||
-                 write_all(b->query, 8 * r);
+                 write_all(b->query, 8 * r) || write_all(b->leader, 4 * r);
     b->ticks = b->rows = 0;
     return failed ? -1 : 0;
 }
@@ -122,9 +127,10 @@ static void *columns(size_t n, size_t width) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 17) {
+    if (argc != 19) {
         fprintf(stderr, "usage: pgscope-shmem-sampler FD SIZE HZ TICKS_PER_BATCH PROCS COUNT "
-                        "STRIDE PID WAIT STATUSES COUNT STRIDE PID STATE TYPE QUERY_ID\n");
+                        "STRIDE PID WAIT STATUSES COUNT STRIDE PID STATE TYPE QUERY_ID LEADER "
+                        "PROCS_AT\n");
         return 2;
     }
     argv++; /* argv[0] is now FD */
@@ -139,7 +145,17 @@ int main(int argc, char **argv) {
                    number(argv[11], "stride", 8, 1 << 16)};
     long s_fields[4] = {number(argv[12], "field", 0, 1 << 16), number(argv[13], "field", 0, 1 << 16),
                         number(argv[14], "field", 0, 1 << 16), number(argv[15], "field", -1, 1 << 16)};
-    check_fields(procs, size, p_fields, 2, "proc");
+    long leader_at = number(argv[16], "field", -1, 1 << 16);
+    errno = 0;
+    char *end;
+    uint64_t procs_at = strtoull(argv[17], &end, 10);
+    if (errno || *end || !*argv[17] || (leader_at >= 0 && leader_at % 8)) {
+        fprintf(stderr, "pgscope-shmem-sampler: bad leader field or address: %s %s\n", argv[16],
+                argv[17]);
+        return 2;
+    }
+    long p_check[3] = {p_fields[0], p_fields[1], leader_at};
+    check_fields(procs, size, p_check, leader_at < 0 ? 2 : 3, "proc");
     check_fields(stats, size, s_fields, s_fields[3] < 0 ? 3 : 4, "status");
 
     const char *base = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
@@ -166,6 +182,8 @@ int main(int argc, char **argv) {
     b.state = columns(cap, 4);
     b.type = columns(cap, 4);
     b.query = columns(cap, 8);
+    b.leader = columns(cap, 4);
+    const uint64_t procs_span = (uint64_t)procs.count * (uint64_t)procs.stride;
     long *status_of = columns((size_t)procs.count, sizeof(long));
     for (long i = 0; i < procs.count; i++) status_of[i] = -1;
 
@@ -197,6 +215,16 @@ int main(int argc, char **argv) {
             b.wait[r] = *(const volatile uint32_t *)(slot + p_fields[1]);
             b.state[r] = b.type[r] = -1;
             b.query[r] = 0;
+            b.leader[r] = 0;
+            if (leader_at >= 0) {
+                /* Its lock group's leader, when another process: the slot the pointer names
+                   (a pointer that names no slot start is not followed). */
+                uint64_t to = *(const volatile uint64_t *)(slot + leader_at) - procs_at;
+                if (to < procs_span && to % (uint64_t)procs.stride == 0 &&
+                    (long)(to / (uint64_t)procs.stride) != i)
+                    b.leader[r] = *(const volatile int32_t *)(base + procs.offset + (long)to +
+                                                              p_fields[0]);
+            }
             /* The process's status slot: remembered, and looked for again only when its pid
                is no longer there. Scanning the whole status array every tick cost ~40% of
                the reads (each slot's pid is a cache line of its own, cold after a sleep). */
