@@ -4,6 +4,11 @@ held (pglocks), the host's CPU (host), the WAL device's probe (waldevice)."""
 
 from pgscope.tables import table
 
+# The comment that begins a statement pgscope's own sessions run before they can turn
+# pg_stat_statements' tracking off (target/conn.py): statement_texts keeps it, and the
+# analysis leaves such statements out of the workload's.
+OWN_MARK = "/* pgscope */"
+
 TABLES = (
     table(
         "pgstats_counters",

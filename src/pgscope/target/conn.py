@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgscope.errors import TargetError, UsageError
+from pgscope.tables.statistics import OWN_MARK
 
 CONNECT_TIMEOUT_S = 10
 APPLICATION_NAME = "pgscope"
@@ -146,21 +146,25 @@ def _parse_problem(message: str) -> str:
 
 # What pgscope's own sessions set so that their statements are not counted as the workload's.
 _UNTRACKED = {
-    "pg_stat_statements.track": "none",
+    "pg_stat_statements.track": "'none'",
     "auto_explain.sample_rate": "0",
-    "track_functions": "none",
+    "track_functions": "'none'",
 }
 # The settings of _UNTRACKED this session may set, asked before any is set: a SET the role may
 # not make is an ERROR in the server's log (30 a minute observing as pg_monitor), which the
-# server log collector would then count among the workload's failures.
+# server log collector would then count among the workload's failures. The question is
+# itself counted by pg_stat_statements (tracking is still on): its comment (OWN_MARK) lets
+# the analysis leave it out of the workload's statements.
 _SETTABLE = (
-    "SELECT name FROM pg_catalog.pg_settings WHERE name = ANY(%s) AND (context = 'user' "
-    "OR (context = 'superuser' AND pg_catalog.current_setting('is_superuser')::bool))"
+    f"{OWN_MARK} SELECT name FROM pg_catalog.pg_settings WHERE name = ANY(%s) AND "
+    "(context = 'user' OR (context = 'superuser' AND "
+    "pg_catalog.current_setting('is_superuser')::bool))"
 )
 # PostgreSQL 15 grants SET on a superuser's parameter to other roles.
 _SETTABLE_15 = (
-    "SELECT name FROM pg_catalog.pg_settings WHERE name = ANY(%s) AND (context = 'user' "
-    "OR (context = 'superuser' AND (pg_catalog.current_setting('is_superuser')::bool "
+    f"{OWN_MARK} SELECT name FROM pg_catalog.pg_settings WHERE name = ANY(%s) AND "
+    "(context = 'user' OR (context = 'superuser' AND "
+    "(pg_catalog.current_setting('is_superuser')::bool "
     "OR pg_catalog.has_parameter_privilege(name, 'SET'))))"
 )
 
@@ -171,11 +175,9 @@ def _untracked(session: psycopg.Connection[Any]) -> None:
     as on an embedded cluster, or a role granted SET on them): they are not the workload's.
     On a user's server, as an unprivileged role, it may not: its statements are counted."""
     query = _SETTABLE_15 if session.info.server_version >= 150000 else _SETTABLE
-    settable = session.execute(query, [list(_UNTRACKED)]).fetchall()
-    for (name,) in settable:
-        session.execute(
-            sql.SQL("SET {} = {}").format(
-                sql.SQL(".").join(sql.Identifier(part) for part in name.split(".")),
-                sql.Literal(_UNTRACKED[name]),
-            )
-        )
+    settable = {name for (name,) in session.execute(query, [list(_UNTRACKED)]).fetchall()}
+    # pg_stat_statements.track first: the SETs after it are not counted. Names and values
+    # are _UNTRACKED's own, written as the analysis finds them (SET pg_stat_statements...).
+    for name, value in _UNTRACKED.items():
+        if name in settable:
+            session.execute(f"SET {name} = {value}")
