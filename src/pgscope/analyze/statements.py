@@ -17,6 +17,7 @@ import duckdb
 
 from pgscope.analyze.queryid import QueryId
 from pgscope.duck import table_exists
+from pgscope.tables.statistics import OWN_MARK
 
 BLOCK_BYTES = 8192  # PostgreSQL's default block size: temp and shared blocks are counted in it
 
@@ -130,6 +131,10 @@ class Statements:
     seq_filters: dict[str, list[SeqFilter]] = field(default_factory=dict)
     functions: list[FunctionStep] = field(default_factory=list)
     indexes: list[IndexDef] = field(default_factory=list)
+    # Per step, the transactions pgbench ran between the step's two readings of
+    # pg_stat_statements, warm-up included (a sweep's measured window leaves it out); none
+    # where no pgbench ran (an observation reads the statements at its windows' edges).
+    xacts_read: dict[int, float] = field(default_factory=dict)
 
     def root_of(self, relation: str) -> str:
         """The table a partition belongs to (its tree's root), or the relation itself."""
@@ -223,11 +228,14 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
             "FROM table_indexes GROUP BY 1, 2 ORDER BY 1, 2"
         ).fetchall()
     ]
-    # pgscope's own sessions turn tracking off with a statement that is itself tracked.
+    # pgscope's own sessions turn tracking off with a statement that is itself tracked, after
+    # asking which settings they may set (marked: target/conn.py OWN_MARK).
     own = {
         int(q)
         for (q,) in db.execute(
-            "SELECT queryid FROM statement_texts WHERE query ILIKE 'SET pg_stat_statements.track%'"
+            "SELECT queryid FROM statement_texts WHERE query ILIKE 'SET pg_stat_statements.track%' "
+            "OR starts_with(query, ?)",
+            [OWN_MARK],
         ).fetchall()
     }
     # seen running in pgscope's sessions
@@ -249,6 +257,13 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
         "AND queryid NOT IN (SELECT queryid FROM statement_plans WHERE plan IS NOT NULL)"
     ).fetchall()
     filters = {str(q): found for q, plan in plans if (found := seq_filters(json.loads(plan)))}
+    xacts_read = {
+        int(step): float(xacts)
+        for step, xacts in db.execute(
+            "SELECT step_id, sum(xacts) FROM latency_seconds GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        if xacts
+    }
     return Statements(
         read=True,
         statements_read=not (absent and absent[0]),
@@ -258,6 +273,7 @@ def read(db: duckdb.DuckDBPyConnection) -> Statements:
         seq_filters=filters,
         functions=functions,
         indexes=indexes,
+        xacts_read=xacts_read,
     )
 
 
