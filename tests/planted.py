@@ -355,6 +355,38 @@ CASES: dict[str, Case] = {
         named=("parallel",),
         unnamed=True,
     ),
+    # An application's page, its items looked up one at a time (an ORM's lazy loading): one
+    # statement runs 20 times per transaction, a row each.
+    "n-plus-one": Case(
+        'scripts = ["page.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4]\n',
+        {"page.sql": "\\set page random(0, 499)\nbegin;\n"
+                     "select id from orders where customer = :page order by id limit 20;\n"
+                     + "".join(f"select pad from items where id = :page * 20 + {i};\n"
+                               for i in range(1, 21))
+                     + "commit;\n",
+         "schema.sql": "create table orders(id int primary key, customer int);\n"
+                       "insert into orders select g, g % 500 from generate_series(1, 10000) g;\n"
+                       "create index on orders(customer);\n"
+                       "create table items(id int primary key, order_id int, pad text);\n"
+                       "insert into items select g, g / 20, md5(g::text) "
+                       "from generate_series(1, 10020) g;\nanalyze;\n"},
+        "repeated-lookups",
+        named=("N+1", "from items", "20 calls per transaction"),
+        unnamed=True,
+    ),
+    # A list fetched whole to show a few of its rows: 5,000 rows per call, each cheap.
+    "over-fetch": Case(
+        'scripts = ["recent.sql"]\ninit_sql = "schema.sql"\nscale = 0\nclients = [2, 4]\n',
+        {"recent.sql": "\\set k random(0, 9)\n"
+                       "select id from events where kind = :k order by created desc;\n",
+         "schema.sql": "create table events(id int primary key, kind int, created timestamptz);\n"
+                       "insert into events select g, g % 10, now() - g * interval '1 s' "
+                       "from generate_series(1, 50000) g;\n"
+                       "create index on events(kind, created);\nanalyze events;\n"},
+        "over-fetch",
+        named=("thousands of rows", "from events"),
+        unnamed=True,
+    ),
 }  # fmt: skip
 
 
@@ -413,6 +445,11 @@ EVIDENCE: dict[str, tuple[Evidence, ...]] = {
     "sort-for-limit": (Spent(("order by created desc", "on events, (kind = $1)"), 0.3),),
     "notify-queue": (Fact("wait.share.Lock:object", 0.3),
                      Spent(("Lock:object", "no query id", "object lock"), 0.3)),
+    "n-plus-one": (Fact("stmt.repeated.calls_per_xact", 18, 22),
+                   Fact("stmt.repeated.rows_per_call", 0.99, 1.01),
+                   Fact("stmt.repeated.share", 0.3)),
+    "over-fetch": (Fact("stmt.top.rows_per_call", 5000, 5000), Fact("stmt.top_share", 0.9),
+                   Spent(("order by created desc", "Sort"), 0.3)),
     "parallel-overhead": (Fact("wait.share.IPC:ExecuteGather", 0.15),
                           Spent(("IPC:ExecuteGather", "from small"), 0.15)),
 }  # fmt: skip

@@ -63,6 +63,31 @@ TOP_BLOCKS_PER_ROW = FactKind(
     PGSS,
     SOURCES,
 )
+# A statement run this often per transaction, returning a few rows each time, is an
+# application fetching row by row what one statement could fetch at once (N+1).
+REPEATED_MIN_SHARE = 0.10
+REPEATED_CALLS = FactKind(
+    "stmt.repeated.calls_per_xact",
+    "count",
+    "calls per transaction of the statement run most often per transaction, of those holding "
+    f"≥{REPEATED_MIN_SHARE:.0%} of the execution time",
+    PGSS,
+    SOURCES,
+)
+REPEATED_ROWS = FactKind(
+    "stmt.repeated.rows_per_call",
+    "count",
+    "rows returned or changed per call of that statement",
+    PGSS,
+    SOURCES,
+)
+REPEATED_SHARE = FactKind(
+    "stmt.repeated.share",
+    "share",
+    "that statement's share of the statements' execution time",
+    PGSS,
+    SOURCES,
+)
 SCAN_HEAVY = FactKind(
     "stmt.scan_heavy_share",
     "share",
@@ -237,6 +262,8 @@ def work_facts(sheet: FactSheet, cell: CellFacts) -> None:
     rows_returned = None
     if section.statements_read:
         rows_returned = _statement_facts(sheet, statements, section.texts, n)
+        xacts_read = _xacts_read(cell, section.xacts_read)
+        _repeated_facts(sheet, statements, section.texts, xacts_read)
         _plan_facts(sheet, statements, section.seq_filters, section.texts, n)
     _table_facts(sheet, tables, rows_returned, xacts, n)
 
@@ -268,6 +295,43 @@ def _plan_facts(
     )
 
 
+def _xacts_read(cell: CellFacts, xacts_read: dict[int, float]) -> float:
+    """The transactions of the cell's steps over the span pg_stat_statements' counts cover:
+    all pgbench ran in each step, its warm-up included; else the step's own count (an
+    observation's window, read at its edges)."""
+    return sum(xacts_read.get(s.step_id, s.xacts or 0) for s in cell.steps())
+
+
+def _repeated_facts(
+    sheet: FactSheet, statements: dict[str, _Sum], texts: dict[str, str], xacts: float
+) -> None:
+    """The statement run most often per transaction, of those that hold a good part of the
+    execution time: how often, how many rows each call, its share."""
+    work = {q: s for q, s in statements.items() if s["calls"] > 0}
+    total_ms = sum(s["exec_ms"] for s in work.values())
+    if not xacts or total_ms <= 0:
+        return
+    heavy = {q: s for q, s in work.items() if s["exec_ms"] / total_ms >= REPEATED_MIN_SHARE}
+    if not heavy:
+        return
+    queryid, top = max(heavy.items(), key=lambda kv: (kv[1]["calls"], kv[0]))
+    calls, rows = top["calls"] / xacts, top["rows"] / top["calls"]
+    ms = (top["exec_ms"] + top["plan_ms"]) / top["calls"]
+    said = f"query {queryid} {_quoted(texts.get(queryid))}"
+    sheet.add(
+        REPEATED_CALLS,
+        calls,
+        f"{said}: {plain(calls, 3)} calls per transaction, {plain(rows, 3)} rows per call, "
+        f"{ms:.3g} ms per call",
+    )
+    sheet.add(REPEATED_ROWS, rows, f"rows returned or changed per call of query {queryid}")
+    sheet.add(
+        REPEATED_SHARE,
+        top["exec_ms"] / total_ms,
+        f"query {queryid}: its share of the statements' execution time",
+    )
+
+
 def _kib(n: float) -> str:
     return f"{n / 1024:,.0f} kB" if n >= 1024 else f"{n:,.0f} bytes"
 
@@ -296,7 +360,8 @@ def _statement_facts(
     sheet.add(
         TOP_ROWS_PER_CALL,
         top["rows"] / top["calls"],
-        f"rows returned or changed per call of query {top_id}",
+        f"{name(top_id)}: {plain(top['rows'] / top['calls'], 3)} rows returned or changed per "
+        f"call",
     )
     sheet.add(
         TOP_BLOCKS_PER_ROW,
