@@ -14,6 +14,7 @@ import pytest
 from pgscope.analyze import statements
 from pgscope.analyze.account import Node
 from pgscope.analyze.load import load_analysis
+from pgscope.store import RunStore
 from tests.test_recorded import _unpacked
 
 PARTS = {"planning": "plan", "JIT compilation": "jit"}
@@ -30,12 +31,12 @@ def _statement_nodes(node: Node) -> Iterator[Node]:
 @pytest.mark.parametrize("case", ["planning-time", "jit-compilation", "partition-locks"])
 def test_planning_and_jit_parts_keep_the_servers_proportions(case: str, tmp_path: Path) -> None:
     run_dir = _unpacked(case, tmp_path)
-    db = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    store = RunStore.open(run_dir)  # a store reads as declared, whichever version wrote it
     try:
-        steps = db.execute("SELECT step_id, variant, clients FROM steps").fetchall()
-        measured = statements.read(db).statements
+        steps = store.db.execute("SELECT step_id, variant, clients FROM steps").fetchall()
+        measured = statements.read(store.db).statements
     finally:
-        db.close()
+        store.close()
     # What the server measured of each statement, per cell: planning, JIT, the whole.
     per_cell: dict[tuple[str, int], dict[int, dict[str, float]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(float))

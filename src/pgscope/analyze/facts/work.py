@@ -360,8 +360,7 @@ def _statement_facts(
     sheet.add(
         TOP_ROWS_PER_CALL,
         top["rows"] / top["calls"],
-        f"{name(top_id)}: {plain(top['rows'] / top['calls'], 3)} rows returned or changed per "
-        f"call",
+        f"{name(top_id)}: {plain(top['rows'] / top['calls'], 3)} rows returned or changed per call",
     )
     sheet.add(
         TOP_BLOCKS_PER_ROW,
