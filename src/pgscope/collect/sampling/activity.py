@@ -47,6 +47,7 @@ from pgscope.collect.base import (
 from pgscope.collect.polling import PollingCollector
 from pgscope.collect.sampling import shmem
 from pgscope.collect.sampling.samplecost import cost_line
+from pgscope.collect.statistics.statements import masked
 from pgscope.errors import TargetError
 from pgscope.store import now_us
 from pgscope.target.conn import ConnParams
@@ -98,7 +99,10 @@ CROSS JOIN LATERAL (
                              g.application_name, E'\\x1f',
                              CASE WHEN g.query_id IS NULL AND g.state = 'active'
                                   AND g.backend_type = 'client backend'
-                             THEN translate(left(g.query, 200), E'\\x1e\\x1f', '  ') END,
+                             THEN translate(left(
+                                 -- a password named in it is never read out (MASK)
+                                 coalesce(substring(g.query FROM '(?i)^.*?password'), g.query),
+                                 200), E'\\x1e\\x1f', '  ') END,
                              E'\\x1f', g.leader_pid),
                       E'\\x1e') AS rows,
            array_agg(g.query_id || E'\\x1f' || g.query)
@@ -500,6 +504,7 @@ class ActivityCollector(PollingCollector):
             if second < latest:
                 self._close_second(second, per_second.pop(second))
         if texts:
+            texts = {q: masked(t) or "" for q, t in texts.items()}
             self.known_queries.update(texts)
             self.store.db.execute(
                 "INSERT OR IGNORE INTO activity_queries SELECT unnest(?), unnest(?), ?",

@@ -47,6 +47,7 @@ import numpy as np
 import psycopg
 
 from pgscope.collect.sampling import shmem, waitnames
+from pgscope.collect.statistics.statements import masked
 from pgscope.store import now_us
 from pgscope.target import conn
 
@@ -549,6 +550,7 @@ class MemorySampler:
             if query is not None and query_id is not None:
                 texts.setdefault(int(query_id), query)
         if texts:
+            texts = {q: masked(t) or "" for q, t in texts.items()}
             c.known_queries.update(texts)
             c.store.db.execute(
                 "INSERT OR IGNORE INTO activity_queries SELECT unnest(?), unnest(?), ?",
