@@ -151,7 +151,7 @@ _UNTRACKED = {
     "track_functions": "'none'",
 }
 # The settings of _UNTRACKED this session may set, asked before any is set: a SET the role may
-# not make is an ERROR in the server's log (30 a minute observing as pg_monitor), which the
+# not make is an ERROR in the server's log (about 30 an observation as pg_monitor), which the
 # server log collector would then count among the workload's failures. The question is
 # itself counted by pg_stat_statements (tracking is still on): its comment (OWN_MARK) lets
 # the analysis leave it out of the workload's statements.
